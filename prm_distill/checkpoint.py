@@ -1,0 +1,124 @@
+"""The checkpoint format: a plain `save_pretrained` *ForTokenClassification folder + JSON sidecar.
+
+Transformers and vLLM (pooling runner, STEP pooler with `step_tag_id`) load the folder without
+this package; the sidecar carries what they cannot know: the step tag and its id, what the labels
+mean, the encoding version, the decision threshold, the calibration and a training summary.
+Weights load from safetensors only and remote code is never trusted unless asked for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .encoding import ENCODING_VERSION
+
+SIDECAR_NAME = "prm_distill.json"
+LABEL_MEANING = "class 1 = step is good (correct and advancing); P(good) = softmax(logits at the step tag)[1]"
+
+
+class CheckpointError(ValueError):
+    """A folder is not a usable prm_distill checkpoint."""
+
+
+@dataclass
+class Sidecar:
+    step_tag: str
+    step_tag_id: int
+    max_length: int
+    encoding_version: int = ENCODING_VERSION
+    label_meaning: str = LABEL_MEANING
+    threshold: float | None = None
+    calibration: dict[str, Any] | None = None
+    training: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], source: str = SIDECAR_NAME) -> "Sidecar":
+        known = {f for f in cls.__dataclass_fields__}
+        missing = {"step_tag", "step_tag_id", "max_length"} - set(d)
+        if missing:
+            raise CheckpointError(f"{source}: missing key(s) {sorted(missing)}")
+        if d.get("encoding_version", ENCODING_VERSION) != ENCODING_VERSION:
+            raise CheckpointError(
+                f"{source}: encoding_version {d['encoding_version']} is not supported by this prm_distill "
+                f"(it encodes version {ENCODING_VERSION}); scores would not match training"
+            )
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
+    """Readers see the old file or the new one, never a half-written one."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=2, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_sidecar(model_dir: str | os.PathLike) -> Sidecar:
+    path = Path(model_dir) / SIDECAR_NAME
+    if not path.is_file():
+        raise CheckpointError(f"{model_dir} is not a prm_distill checkpoint: {SIDECAR_NAME} is missing")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{path}: invalid JSON ({e.msg})") from None
+    return Sidecar.from_dict(data, str(path))
+
+
+def write_sidecar(model_dir: str | os.PathLike, sidecar: Sidecar) -> None:
+    write_json_atomic(Path(model_dir) / SIDECAR_NAME, asdict(sidecar))
+
+
+def save_checkpoint(model, tokenizer, out_dir: str | os.PathLike, sidecar: Sidecar) -> Path:
+    """Save model (safetensors), tokenizer and sidecar; the sidecar is written last, so a folder
+    with a sidecar is a complete checkpoint."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / SIDECAR_NAME).unlink(missing_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    write_sidecar(out, sidecar)
+    return out
+
+
+def load_checkpoint(model_dir: str | os.PathLike, *, device: str = "cpu", dtype=None, trust_remote_code: bool = False):
+    """(model in eval mode, tokenizer, sidecar) from a checkpoint folder."""
+    import torch
+    from transformers import AutoModelForTokenClassification, AutoTokenizer
+
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise CheckpointError(f"model folder not found: {model_dir}")
+    sidecar = read_sidecar(model_dir)
+    if not any(model_dir.glob("*.safetensors")):
+        raise CheckpointError(f"{model_dir} has no .safetensors weights (other weight formats are refused)")
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=trust_remote_code)
+    model = AutoModelForTokenClassification.from_pretrained(
+        model_dir, use_safetensors=True, trust_remote_code=trust_remote_code, dtype=dtype or torch.float32
+    )
+    if model.config.num_labels != 2:
+        raise CheckpointError(f"{model_dir}: expected a 2-label token classifier, got num_labels={model.config.num_labels}")
+    tag_ids = tokenizer.encode(sidecar.step_tag, add_special_tokens=False)
+    if tag_ids != [sidecar.step_tag_id]:
+        raise CheckpointError(f"{model_dir}: the tokenizer encodes step tag {sidecar.step_tag!r} as {tag_ids}, sidecar says {sidecar.step_tag_id}")
+    model.to(device).eval()
+    return model, tokenizer, sidecar
+
+
+def pad_token_id(tokenizer) -> int:
+    """Padding never reaches a real position (right padding, masked), so any valid id will do."""
+    for tid in (tokenizer.pad_token_id, tokenizer.eos_token_id):
+        if tid is not None:
+            return int(tid)
+    return 0

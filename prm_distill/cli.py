@@ -1,0 +1,161 @@
+"""`prm-distill <command>`: the only place (with recalibration) that ties the stages together."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .config import ConfigError, help_text, load_config
+from .records import FORMATS, RecordError, Trajectory, iter_jsonl
+
+
+def json_safe(obj: Any) -> Any:
+    """NaN (an undefined metric) becomes null so the file is strict JSON."""
+    if isinstance(obj, float) and math.isnan(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    from .checkpoint import write_json_atomic
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, json_safe(obj))
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from .train import TrainJobConfig, train
+
+    if args.help_config:
+        print("\n".join(help_text(TrainJobConfig)))
+        return 0
+    cfg = load_config(TrainJobConfig, args.config, args.overrides)
+    summary = train(cfg)
+    dev = summary.get("dev")
+    if dev:
+        print(f"dev: auroc {dev['auroc']:.3f}  f1 {dev['processbench_f1']:.3f}  threshold {dev['threshold']:.3f}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from .evaluate import evaluate_files, format_report
+    from .serve.engine import PRMEngine
+
+    engine = PRMEngine.from_checkpoint(args.model, device=args.device)
+    rep = evaluate_files(engine, args.data, args.format, threshold=args.threshold, dev_files=args.dev or (), limit=args.limit)
+    print(format_report(rep))
+    if args.output:
+        write_json(args.output, rep)
+        print(f"report written to {args.output}")
+    return 0
+
+
+def _score_inputs(path: str) -> list[tuple[int, dict]]:
+    """(line, record) for score: `question` plus `steps` or `response` (split with the shared splitter)."""
+    from .steps import StepSplitError, split_steps
+
+    out = []
+    for lineno, obj in iter_jsonl(path):
+        if not isinstance(obj, dict):
+            raise RecordError("expected a JSON object", source=path, line=lineno)
+        if "steps" not in obj:
+            if not isinstance(obj.get("response"), str):
+                raise RecordError("needs 'steps' (list of strings) or 'response' (string)", source=path, line=lineno, field="steps")
+            try:
+                obj = {**obj, "steps": split_steps(obj["response"])}
+            except StepSplitError as e:
+                raise RecordError(str(e), source=path, line=lineno, field="response") from None
+        try:
+            Trajectory(id=str(obj.get("id", lineno)), question=obj.get("question"), steps=obj["steps"])
+        except RecordError as e:
+            raise RecordError(str(e).split(": ", 1)[-1], source=path, line=lineno, field=e.field) from None
+        out.append((lineno, obj))
+    return out
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    from .serve.engine import PRMEngine
+
+    items = _score_inputs(args.input)
+    engine = PRMEngine.from_checkpoint(args.model, device=args.device)
+    t0 = time.time()
+    scores = engine.score([(o["question"], o["steps"]) for _, o in items])
+    elapsed = time.time() - t0
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for (lineno, o), s in zip(items, scores):
+            f.write(json.dumps({"id": o.get("id", lineno), "question": o["question"], "steps": o["steps"], "step_scores": s}, ensure_ascii=False) + "\n")
+    os.replace(tmp, out)
+    n_steps = sum(len(s) for s in scores)
+    print(f"scored {len(items)} trajectories ({n_steps} steps) in {elapsed:.2f}s -> {out}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(args.output, args.overrides, quick=args.quick)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="prm-distill", description="Distil an LLM judge into a small, fast process reward model.")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("train", help="fine-tune a backbone into a PRM and export the checkpoint")
+    t.add_argument("--config", help="YAML config (see configs/train.yaml)")
+    t.add_argument("--help-config", action="store_true", help="list every config key with its default and help")
+    t.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. train.max_steps=50")
+    t.set_defaults(func=cmd_train)
+
+    e = sub.add_parser("eval", help="evaluate a checkpoint on labelled files (AUROC, ECE, ProcessBench F1)")
+    e.add_argument("--model", required=True, help="exported checkpoint folder")
+    e.add_argument("--data", required=True, action="append", help="labelled file (repeat for several splits)")
+    e.add_argument("--format", default="jsonl", choices=FORMATS)
+    e.add_argument("--threshold", type=float, help="decision threshold for F1 (else: --dev, the checkpoint's, or 0.5)")
+    e.add_argument("--dev", action="append", help="dev file to choose the threshold on (never the evaluated files)")
+    e.add_argument("--limit", type=int, help="at most N items per file")
+    e.add_argument("--output", help="write the report as JSON here")
+    e.add_argument("--device", default="auto")
+    e.set_defaults(func=cmd_eval)
+
+    s = sub.add_parser("score", help="per-step scores for records with question + steps (or response)")
+    s.add_argument("--model", required=True)
+    s.add_argument("--input", required=True, help="JSONL with question and steps (or response)")
+    s.add_argument("--output", required=True, help="JSONL with step_scores added")
+    s.add_argument("--device", default="auto")
+    s.set_defaults(func=cmd_score)
+
+    d = sub.add_parser("demo", help="the main job on embedded defaults: generate data, distil, evaluate")
+    d.add_argument("--output", default="runs/demo", help="working folder")
+    d.add_argument("--quick", action="store_true", help="a tiny budget (smoke run)")
+    d.add_argument("overrides", nargs="*", help="train config overrides, e.g. train.max_steps=20")
+    d.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return args.func(args)
+    except (ConfigError, RecordError, FileNotFoundError, ValueError) as e:
+        print(f"prm-distill {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

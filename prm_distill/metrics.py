@@ -1,0 +1,126 @@
+"""Step and trajectory metrics used by training, evaluation and recalibration.
+
+Conventions (documented in the README):
+- A supervised step is *good* when its label is above 0.5 and *bad* when below; soft labels of
+  exactly 0.5 are left out of AUROC and accuracy but count in ECE (which compares mean score to
+  mean label per bin).
+- ProcessBench: a trajectory's prediction is the first step whose score is below the threshold,
+  else -1; accuracy is taken separately on erroneous and on all-correct items and F1 is their
+  harmonic mean.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+NAN = float("nan")
+
+
+def _supervised(scores: Sequence[Sequence[float]], labels: Sequence[Sequence[float | None] | None]):
+    p, y = [], []
+    for ss, ls in zip(scores, labels):
+        if ls is None:
+            continue
+        for s, lab in zip(ss, ls):
+            if lab is not None:
+                p.append(s)
+                y.append(lab)
+    return np.asarray(p, dtype=float), np.asarray(y, dtype=float)
+
+
+def step_auroc(scores, labels) -> float:
+    """AUROC of step scores against good/bad labels (NaN when only one class is present)."""
+    from sklearn.metrics import roc_auc_score
+
+    p, y = _supervised(scores, labels)
+    keep = y != 0.5
+    p, yb = p[keep], y[keep] > 0.5
+    if yb.all() or not yb.any():
+        return NAN
+    return float(roc_auc_score(yb, p))
+
+
+def step_accuracy(scores, labels, threshold: float = 0.5) -> float:
+    p, y = _supervised(scores, labels)
+    keep = y != 0.5
+    if not keep.any():
+        return NAN
+    return float(np.mean((p[keep] >= threshold) == (y[keep] > 0.5)))
+
+
+def expected_calibration_error(scores, labels, n_bins: int = 10) -> float:
+    """Sum over equal-width bins of (bin share) x |mean score - mean label|."""
+    p, y = _supervised(scores, labels)
+    if p.size == 0:
+        return NAN
+    bins = np.minimum((p * n_bins).astype(int), n_bins - 1)
+    ece = 0.0
+    for b in range(n_bins):
+        m = bins == b
+        if m.any():
+            ece += m.mean() * abs(p[m].mean() - y[m].mean())
+    return float(ece)
+
+
+def first_below(scores: Sequence[float], threshold: float) -> int:
+    for i, s in enumerate(scores):
+        if s < threshold:
+            return i
+    return -1
+
+
+def processbench_f1(scores: Sequence[Sequence[float]], first_errors: Sequence[int], threshold: float) -> dict[str, float]:
+    """{'acc_erroneous', 'acc_correct', 'processbench_f1'}; an accuracy is NaN when its class is empty."""
+    err_hits, err_n, ok_hits, ok_n = 0, 0, 0, 0
+    for ss, fe in zip(scores, first_errors):
+        pred = first_below(ss, threshold)
+        if fe == -1:
+            ok_n += 1
+            ok_hits += pred == -1
+        else:
+            err_n += 1
+            err_hits += pred == fe
+    acc_err = err_hits / err_n if err_n else NAN
+    acc_ok = ok_hits / ok_n if ok_n else NAN
+    if math.isnan(acc_err) or math.isnan(acc_ok):
+        f1 = NAN
+    else:
+        f1 = 0.0 if acc_err + acc_ok == 0 else 2 * acc_err * acc_ok / (acc_err + acc_ok)
+    return {"acc_erroneous": acc_err, "acc_correct": acc_ok, "processbench_f1": f1}
+
+
+def best_threshold(scores: Sequence[Sequence[float]], first_errors: Sequence[int]) -> float:
+    """The threshold with the highest ProcessBench F1 on these (dev) items; ties go to the one
+    nearest 0.5. Candidates: midpoints between distinct observed scores (plus both ends)."""
+    vals = sorted({s for ss in scores for s in ss})
+    if not vals:
+        return 0.5
+    cands = [vals[0] - 1e-6] + [(a + b) / 2 for a, b in zip(vals, vals[1:])] + [vals[-1] + 1e-6]
+    if len(cands) > 400:  # keep it cheap: quantiles of the candidates
+        cands = list(np.quantile(cands, np.linspace(0, 1, 401)))
+    best, best_key = 0.5, (-1.0, 0.0)
+    for t in cands:
+        f1 = processbench_f1(scores, first_errors, t)["processbench_f1"]
+        key = (-1.0 if math.isnan(f1) else f1, -abs(t - 0.5))
+        if key > best_key:
+            best, best_key = float(t), key
+    return best
+
+
+def report(scores: Sequence[Sequence[float]], labels: Sequence[Sequence[float | None] | None], first_errors: Sequence[int], threshold: float) -> dict[str, float]:
+    """The evaluation report keys shared by `eval`, training and recalibration."""
+    flat = [s for ss in scores for s in ss]
+    out = {
+        "threshold": float(threshold),
+        "auroc": step_auroc(scores, labels),
+        "step_accuracy": step_accuracy(scores, labels),
+        "ece": expected_calibration_error(scores, labels),
+        "mean_score": float(np.mean(flat)) if flat else NAN,
+        "n_items": len(scores),
+        "n_steps": len(flat),
+    }
+    out.update(processbench_f1(scores, first_errors, threshold))
+    return out

@@ -1,0 +1,312 @@
+"""Step-labelled trajectory records: the one format every stage reads and writes.
+
+A label is P(step is good) in [0, 1] (the mean of judge votes; 0.5 stays 0.5) or None when the
+step is not supervised (e.g. steps after the first error in ProcessBench-style data). Records are
+validated on load so a bad line fails with its file, line and field instead of deep in training.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+FORMATS = ("jsonl", "processbench", "prmbench")
+log = logging.getLogger("prm_distill.records")
+
+
+class RecordError(ValueError):
+    """A record is malformed; the message names where (file, line) and which field."""
+
+    def __init__(self, message: str, *, source: str | None = None, line: int | None = None, field: str | None = None):
+        self.source, self.line, self.field = source, line, field
+        where = ":".join(str(p) for p in (source, line) if p is not None)
+        prefix = f"{where}: " if where else ""
+        fld = f"field '{field}': " if field else ""
+        super().__init__(f"{prefix}{fld}{message}")
+
+
+@dataclass
+class Trajectory:
+    """One solution to one question, split into steps, with optional per-step labels."""
+
+    id: str
+    question: str
+    steps: list[str]
+    labels: list[float | None] | None = None
+    votes: list[list[float]] | None = None
+    judge: dict[str, Any] | None = None
+    outcome: float | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    @property
+    def first_error(self) -> int:
+        """0-based index of the first step labelled bad (< 0.5), or -1 (ProcessBench convention)."""
+        for i, lab in enumerate(self.labels or []):
+            if lab is not None and lab < 0.5:
+                return i
+        return -1
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        return {k: v for k, v in d.items() if v is not None and not (k == "metadata" and not v)}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "Trajectory":
+        if not isinstance(d, dict):
+            raise RecordError(f"expected a JSON object, got {type(d).__name__}")
+        unknown = set(d) - _FIELDS
+        if unknown:
+            raise RecordError(f"unknown field(s) {sorted(unknown)}; known: {sorted(_FIELDS)}", field=sorted(unknown)[0])
+        for req in ("id", "question", "steps"):
+            if req not in d:
+                raise RecordError("missing", field=req)
+        return cls(
+            id=d["id"],
+            question=d["question"],
+            steps=d["steps"],
+            labels=d.get("labels"),
+            votes=d.get("votes"),
+            judge=d.get("judge"),
+            outcome=d.get("outcome"),
+            metadata=d.get("metadata") or {},
+        )
+
+
+_FIELDS = {"id", "question", "steps", "labels", "votes", "judge", "outcome", "metadata"}
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def validate(t: Trajectory) -> None:
+    """Raise RecordError naming the first bad field."""
+    if isinstance(t.id, int) and not isinstance(t.id, bool):
+        t.id = str(t.id)
+    if not isinstance(t.id, str) or not t.id:
+        raise RecordError("must be a non-empty string", field="id")
+    if not isinstance(t.question, str) or not t.question.strip():
+        raise RecordError("must be a non-empty string", field="question")
+    if not isinstance(t.steps, list) or not t.steps:
+        raise RecordError("must be a non-empty list of strings", field="steps")
+    for i, s in enumerate(t.steps):
+        if not isinstance(s, str) or not s.strip():
+            raise RecordError("must be a non-empty string", field=f"steps[{i}]")
+    if t.labels is not None:
+        if not isinstance(t.labels, list) or len(t.labels) != len(t.steps):
+            n = len(t.labels) if isinstance(t.labels, list) else type(t.labels).__name__
+            raise RecordError(f"must be a list with one entry per step ({len(t.steps)}), got {n}", field="labels")
+        for i, lab in enumerate(t.labels):
+            if lab is None:
+                continue
+            if not _is_number(lab) or not 0.0 <= lab <= 1.0:
+                raise RecordError(f"must be a number in [0, 1] or null, got {lab!r}", field=f"labels[{i}]")
+            t.labels[i] = float(lab)
+    if t.votes is not None:
+        if not isinstance(t.votes, list) or len(t.votes) != len(t.steps):
+            raise RecordError(f"must be a list with one list of votes per step ({len(t.steps)})", field="votes")
+        for i, vs in enumerate(t.votes):
+            if not isinstance(vs, list) or not all(_is_number(v) and 0.0 <= v <= 1.0 for v in vs):
+                raise RecordError(f"must be a list of numbers in [0, 1], got {vs!r}", field=f"votes[{i}]")
+    if t.judge is not None and not isinstance(t.judge, dict):
+        raise RecordError("must be an object", field="judge")
+    if t.outcome is not None and not _is_number(t.outcome):
+        raise RecordError(f"must be a finite number, got {t.outcome!r}", field="outcome")
+    if not isinstance(t.metadata, dict):
+        raise RecordError("must be an object", field="metadata")
+
+
+def _bare(err: RecordError) -> str:
+    """The message of an error without its location prefixes, to re-attach a new location."""
+    msg = str(err)
+    if err.field:
+        msg = msg.split(f"field '{err.field}': ", 1)[-1]
+    return msg
+
+
+def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed JSON) for each non-blank line; bad JSON names its line."""
+    src = str(path)
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield lineno, json.loads(line)
+            except json.JSONDecodeError as e:
+                raise RecordError(f"invalid JSON ({e.msg} at column {e.colno})", source=src, line=lineno) from None
+
+
+def read_jsonl(path: str | os.PathLike) -> list[Trajectory]:
+    out: list[Trajectory] = []
+    seen: dict[str, int] = {}
+    for lineno, obj in iter_jsonl(path):
+        try:
+            rec = Trajectory.from_dict(obj)
+        except RecordError as e:
+            raise RecordError(_bare(e), source=str(path), line=lineno, field=e.field) from None
+        if rec.id in seen:
+            raise RecordError(f"duplicate id {rec.id!r} (first on line {seen[rec.id]})", source=str(path), line=lineno, field="id")
+        seen[rec.id] = lineno
+        out.append(rec)
+    return out
+
+
+def write_jsonl(records: Iterable[Trajectory], path: str | os.PathLike) -> None:
+    """Write atomically: readers see the old file or the whole new one, never a torn one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            for r in records:
+                f.write(json.dumps(r.to_dict(), ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def to_dataset(records: list[Trajectory]):
+    """A Hugging Face `datasets.Dataset` (labels keep None for unsupervised steps)."""
+    import datasets
+
+    rows = [
+        {
+            "id": r.id,
+            "question": r.question,
+            "steps": r.steps,
+            "labels": r.labels if r.labels is not None else [None] * len(r.steps),
+            "outcome": r.outcome,
+            "metadata": json.dumps(r.metadata),
+        }
+        for r in records
+    ]
+    features = datasets.Features(
+        {
+            "id": datasets.Value("string"),
+            "question": datasets.Value("string"),
+            "steps": datasets.List(datasets.Value("string")),
+            "labels": datasets.List(datasets.Value("float64")),
+            "outcome": datasets.Value("float64"),
+            "metadata": datasets.Value("string"),
+        }
+    )
+    return datasets.Dataset.from_list(rows, features=features)
+
+
+def from_dataset(ds, source: str = "dataset") -> list[Trajectory]:
+    """Records from a `datasets.Dataset` with at least id, question, steps (validated per row)."""
+    out = []
+    for i, row in enumerate(ds):
+        row = dict(row)
+        if isinstance(row.get("metadata"), str):
+            row["metadata"] = json.loads(row["metadata"]) if row["metadata"] else {}
+        if row.get("labels") is not None and all(x is None for x in row["labels"]):
+            row["labels"] = None
+        row = {k: v for k, v in row.items() if k in _FIELDS}
+        try:
+            out.append(Trajectory.from_dict(row))
+        except RecordError as e:
+            raise RecordError(_bare(e), source=source, line=i, field=e.field) from None
+    return out
+
+
+def read_processbench(path: str | os.PathLike) -> list[Trajectory]:
+    """ProcessBench: `label` is the 0-based earliest wrong step or -1. Steps before it are 1, it is 0,
+    later steps are unsupervised (nothing is known about them)."""
+    src = str(path)
+    with open(path, encoding="utf-8") as f:
+        try:
+            items = json.load(f)
+        except json.JSONDecodeError as e:
+            raise RecordError(f"invalid JSON ({e.msg} at line {e.lineno})", source=src) from None
+    if not isinstance(items, list):
+        raise RecordError("expected a JSON list of items", source=src)
+    out = []
+    for i, it in enumerate(items):
+        try:
+            if not isinstance(it, dict):
+                raise RecordError("expected an object")
+            for k in ("id", "problem", "steps", "label"):
+                if k not in it:
+                    raise RecordError("missing", field=k)
+            steps, label = it["steps"], it["label"]
+            if not isinstance(label, int) or isinstance(label, bool) or not -1 <= label < len(steps):
+                raise RecordError(f"must be -1 or a step index below {len(steps)}, got {label!r}", field="label")
+            n = len(steps)
+            labels: list[float | None] = [1.0] * n if label == -1 else [1.0] * label + [0.0] + [None] * (n - label - 1)
+            out.append(
+                Trajectory(
+                    id=str(it["id"]),
+                    question=it["problem"],
+                    steps=steps,
+                    labels=labels,
+                    outcome=float(it["final_answer_correct"]) if "final_answer_correct" in it else None,
+                    metadata={"generator": it.get("generator"), "source": "processbench"},
+                )
+            )
+        except RecordError as e:
+            raise RecordError(_bare(e), source=src, line=f"item {i}", field=e.field) from None  # type: ignore[arg-type]
+    return out
+
+
+def read_prmbench(path: str | os.PathLike) -> list[Trajectory]:
+    """PRMBench: each item gives two records, the original process (all steps good) and the modified
+    one (steps before the first error step good, the 1-based `error_steps` bad, the rest unsupervised)."""
+    src = str(path)
+    out, skipped = [], 0
+    for lineno, it in iter_jsonl(path):
+        try:
+            if not isinstance(it, dict):
+                raise RecordError("expected an object")
+            for k in ("original_process", "modified_process", "error_steps"):
+                if k not in it:
+                    raise RecordError("missing", field=k)
+            q = it.get("modified_question") or it.get("question") or it.get("original_question")
+            if q is None:
+                raise RecordError("missing (also looked for modified_question, original_question)", field="question")
+            orig, mod, errs = it["original_process"], it["modified_process"], it["error_steps"]
+            if not isinstance(errs, list) or not errs or not all(isinstance(e, int) and not isinstance(e, bool) for e in errs):
+                raise RecordError(f"must be a non-empty list of 1-based step indices, got {errs!r}", field="error_steps")
+            # Real PRMBench items sometimes cite steps beyond the modified process: those indices are
+            # dropped (kept in metadata); an item with no valid error step left yields only its original.
+            valid = sorted({e for e in errs if 1 <= e <= len(mod)})
+            dropped = sorted(set(errs) - set(valid))
+            first = valid[0] - 1 if valid else None
+            bad = {e - 1 for e in valid}
+            mod_labels: list[float | None] = [1.0 if i < first else (0.0 if i in bad else None) for i in range(len(mod))] if valid else []
+            kind = it.get("classification")
+            base = f'{it.get("idx", it.get("id", lineno))}-{kind}' if kind else str(it.get("idx", it.get("id", lineno)))
+            oq = it.get("original_question") or q
+            meta = {"source": "prmbench", "classification": kind}
+            out.append(Trajectory(id=f"{base}-orig", question=oq, steps=orig, labels=[1.0] * len(orig), metadata=meta))
+            if valid:
+                mod_meta = {**meta, "error_steps": valid, **({"dropped_error_steps": dropped} if dropped else {})}
+                out.append(Trajectory(id=f"{base}-mod", question=q, steps=mod, labels=mod_labels, metadata=mod_meta))
+            else:
+                skipped += 1
+        except RecordError as e:
+            raise RecordError(_bare(e), source=src, line=lineno, field=e.field) from None
+    if skipped:
+        log.warning("%s: %d modified processes skipped (no error step within the process)", src, skipped)
+    return out
+
+
+def load_records(path: str | os.PathLike, fmt: str = "jsonl") -> list[Trajectory]:
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"data file not found: {path}")
+    return {"jsonl": read_jsonl, "processbench": read_processbench, "prmbench": read_prmbench}[fmt](path)

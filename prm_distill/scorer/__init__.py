@@ -1,0 +1,72 @@
+"""The AReaL-compatible process-reward scorer contract: scorers, runner, metrics and shaping.
+
+With an AReaL that has `areal.reward.prm` installed, the scorer base classes and result types are
+AReaL's own (see `contract.py`), so scorers defined here run unchanged inside AReaL's runner.
+"""
+
+from prm_distill.scorer.branches import clone_branches, order_parents_first, score_branches
+from prm_distill.scorer.config import (
+    PRMAdvantageShapingConfig,
+    PRMConfig,
+    PRMConfigError,
+    PRMScorerConfig,
+    load_prm_config,
+)
+from prm_distill.scorer.contract import (
+    USING_AREAL,
+    BaseScorer,
+    BaseTrajectoryScorer,
+    PRMMetricObservation,
+    PRMScorerResult,
+    PRMTurnResult,
+)
+from prm_distill.scorer.filters import (
+    filter_mixed_or_penalized_all_wrong,
+    filter_mixed_or_penalized_all_wrong_mask_no_eos,
+)
+from prm_distill.scorer.grpo import (
+    aggregate_step_scores,
+    combine_step_rewards,
+    group_normalize,
+    prm_group_advantages,
+)
+from prm_distill.scorer.length_budget import LengthBudgetScorer
+from prm_distill.scorer.metrics import PRMMetrics
+from prm_distill.scorer.runner import PRMRejectedError, PRMRunner
+from prm_distill.scorer.shaping import check_shaping_mode, fold_turn_rewards, shape_advantages
+from prm_distill.scorer.types import Interaction, ModelResponse
+
+# DistilledPRMScorer (the distilled model as a dense per-token scorer) is exported here once the
+# model engine it needs exists: `from prm_distill.scorer.distilled import DistilledPRMScorer`.
+
+__all__ = [
+    "USING_AREAL",
+    "BaseScorer",
+    "BaseTrajectoryScorer",
+    "Interaction",
+    "LengthBudgetScorer",
+    "ModelResponse",
+    "PRMAdvantageShapingConfig",
+    "PRMConfig",
+    "PRMConfigError",
+    "PRMMetricObservation",
+    "PRMMetrics",
+    "PRMRejectedError",
+    "PRMRunner",
+    "PRMScorerConfig",
+    "PRMScorerResult",
+    "PRMTurnResult",
+    "aggregate_step_scores",
+    "check_shaping_mode",
+    "clone_branches",
+    "combine_step_rewards",
+    "filter_mixed_or_penalized_all_wrong",
+    "filter_mixed_or_penalized_all_wrong_mask_no_eos",
+    "fold_turn_rewards",
+    "group_normalize",
+    "load_prm_config",
+    "order_parents_first",
+    "prm_group_advantages",
+    "score_branches",
+    "shape_advantages",
+]

@@ -1,0 +1,102 @@
+"""How the PPO actor turns token rewards into advantages.
+
+Conventions (as the actor holds its tensors): `advantages`, `loss_mask` and `turn_ids` sit on the
+position that *predicts* each token (the mask already rolled by -1); `token_rewards` sit on the
+tokens they reward, as the runner writes them, and are rolled here. All tensors are `[batch, seq]`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+SHAPING_MODES = ("additive", "gvpo", "process_weighted")
+
+
+def check_shaping_mode(mode: str, *, token_rewards_as_adv: bool, mask_no_eos_with_zero: bool) -> None:
+    """Refuse actor settings under which a mode would silently mean something else."""
+    if mode not in SHAPING_MODES:
+        raise ValueError(f"unknown mode {mode!r} (expected {'|'.join(SHAPING_MODES)})")
+    if mode in ("gvpo", "process_weighted") and not token_rewards_as_adv:
+        # Both are piecewise in the outcome advantage, which only exists after GAE.
+        raise ValueError(f"{mode!r} requires actor.token_rewards_as_adv: true")
+    if mode == "process_weighted" and mask_no_eos_with_zero:
+        # A truncated row's zeroed reward would read as "this step is worthless".
+        raise ValueError("'process_weighted' is incompatible with actor.mask_no_eos_with_zero: true")
+
+
+def _check_same_2d(**tensors: torch.Tensor) -> None:
+    shapes = {name: tuple(t.shape) for name, t in tensors.items()}
+    first = next(iter(shapes.values()))
+    if len(first) != 2 or any(shape != first for shape in shapes.values()):
+        raise ValueError(f"expected equal [batch, seq] shapes, got {shapes}")
+
+
+def shape_advantages(
+    advantages: torch.Tensor,
+    token_rewards: torch.Tensor,
+    loss_mask: torch.Tensor,
+    *,
+    mode: str,
+    negative_scale: float = 0.2,
+    zero_penalty: float = 0.4,
+    zero_eps: float = 1e-6,
+) -> torch.Tensor:
+    """Combine outcome advantages A (after GAE and normalisation) with process rewards P.
+
+    P = roll(token_rewards, -1) * loss_mask. `additive`: A + P. `gvpo`, where P < 0 (a failed
+    token): A < -eps becomes A * (1 + negative_scale), |A| <= eps becomes -zero_penalty, A > eps
+    becomes 0. `process_weighted` (P in [0, 1]): A >= 0 becomes A * P; A < 0 becomes P where P > 0.
+    Returns a new tensor; inactive positions keep the input advantages, and the inputs (hence the
+    critic's returns) are never modified.
+    """
+    if mode not in SHAPING_MODES:
+        raise ValueError(f"unknown mode {mode!r} (expected {'|'.join(SHAPING_MODES)})")
+    for name, value in (("negative_scale", negative_scale), ("zero_penalty", zero_penalty), ("zero_eps", zero_eps)):
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"{name} must be finite and non-negative, got {value}")
+    _check_same_2d(advantages=advantages, token_rewards=token_rewards, loss_mask=loss_mask)
+    rewards = token_rewards.to(device=advantages.device, dtype=advantages.dtype)
+    if not torch.isfinite(rewards).all():
+        raise ValueError("token_rewards must be finite")
+    active = loss_mask.to(advantages.device).bool()
+    process = torch.roll(rewards, shifts=-1, dims=-1) * active.to(rewards.dtype)
+
+    if mode == "additive":
+        shaped = advantages + process
+    elif mode == "gvpo":
+        failed = process < 0
+        shaped = torch.where(failed & (advantages < -zero_eps), advantages * (1.0 + negative_scale), advantages)
+        shaped = torch.where(failed & (advantages.abs() <= zero_eps), torch.full_like(shaped, -zero_penalty), shaped)
+        shaped = torch.where(failed & (advantages > zero_eps), torch.zeros_like(shaped), shaped)
+    else:
+        # No host sync on GPU: the check fails asynchronously there, synchronously on CPU.
+        in_range = (process >= 0) & (process <= 1)
+        torch._assert_async(torch.all(in_range | ~active), "process_weighted needs process rewards in [0, 1]")
+        shaped = torch.where(advantages >= 0, advantages * process, torch.where(process > 0, process, advantages))
+    return torch.where(active, shaped, advantages)
+
+
+def fold_turn_rewards(
+    token_rewards: torch.Tensor, loss_mask: torch.Tensor, turn_ids: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Per-position rewards to add before GAE when `token_rewards_as_adv` is false.
+
+    Each turn's reward is counted once, at the turn's last predicting position, so it must be
+    uniform over the turn's tokens (a dense reward would otherwise lose its shape silently).
+    Turns are runs of active positions, split further by `turn_ids` when given.
+    """
+    tensors = {"token_rewards": token_rewards, "loss_mask": loss_mask}
+    if turn_ids is not None:
+        tensors["turn_ids"] = turn_ids
+    _check_same_2d(**tensors)
+    active = loss_mask.bool()
+    rolled = torch.roll(token_rewards, shifts=-1, dims=-1)
+    continues = torch.zeros_like(active)
+    continues[:, :-1] = active[:, :-1] & active[:, 1:]
+    if turn_ids is not None:
+        continues[:, :-1] &= turn_ids[:, :-1] == turn_ids[:, 1:]
+    uniform = (rolled[:, :-1] == rolled[:, 1:]) | ~continues[:, :-1]
+    torch._assert_async(torch.all(uniform), "token_rewards_as_adv: false needs uniform token rewards within each turn")
+    return rolled * (active & ~continues).to(rolled.dtype)

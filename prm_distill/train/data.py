@@ -1,0 +1,103 @@
+"""Turn labelled records into training rows (one per window) and collate them into batches.
+
+Rows come from the shared encoder, so training sees exactly the ids the scorer will see. Long
+trajectories become several windows, each supervised at the steps it scores: no label is lost
+to truncation.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from collections import Counter
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from ..encoding import StepEncoder, Window
+from ..inference import pad_batch
+from ..records import Trajectory
+from .config import LossConfig
+
+
+@dataclass(frozen=True)
+class Row:
+    window: Window
+    targets: list[float]
+    weights: list[float]
+    group: int  # same question -> same group (pairwise loss pairs steps within a group)
+
+
+def split_dev(records: list[Trajectory], fraction: float, seed: int) -> tuple[list[Trajectory], list[Trajectory]]:
+    """Hold out whole questions, so no dev question has a trajectory in training."""
+    questions = sorted({r.question for r in records})
+    random.Random(seed).shuffle(questions)
+    n_dev = int(round(len(questions) * fraction))
+    dev_q = set(questions[:n_dev])
+    return [r for r in records if r.question not in dev_q], [r for r in records if r.question in dev_q]
+
+
+def class_weights(records: Sequence[Trajectory]) -> tuple[float, float]:
+    """(weight of a bad step, weight of a good step) so that each class carries half the loss."""
+    counts = Counter(lab > 0.5 for r in records for lab in (r.labels or []) if lab is not None and lab != 0.5)
+    n_good, n_bad = counts[True], counts[False]
+    if not n_good or not n_bad:
+        return 1.0, 1.0
+    total = n_good + n_bad
+    return total / (2 * n_bad), total / (2 * n_good)
+
+
+def _agreement(votes: list[float]) -> float:
+    if not votes:
+        return 1.0
+    return Counter(votes).most_common(1)[0][1] / len(votes)
+
+
+def build_rows(records: Sequence[Trajectory], encoder: StepEncoder, loss: LossConfig) -> tuple[list[Row], dict]:
+    """Rows for every window with at least one supervised step, plus counts for the summary."""
+    w_bad, w_good = class_weights(records) if loss.class_balance else (1.0, 1.0)
+    rows, n_truncated, n_steps = [], 0, 0
+    for r in records:
+        if r.labels is None or all(lab is None for lab in r.labels):
+            continue
+        enc = encoder.encode(r.question, r.steps)
+        n_truncated += enc.truncated
+        group = zlib.crc32(r.question.encode("utf-8"))
+        for w in enc.windows:
+            keep = [k for k, s in enumerate(w.step_indices) if r.labels[s] is not None]
+            if not keep:
+                continue
+            targets, weights = [], []
+            for k in keep:
+                s = w.step_indices[k]
+                y = r.labels[s]
+                wt = y * w_good + (1.0 - y) * w_bad
+                if loss.agreement_weights and r.votes is not None:
+                    wt *= _agreement(r.votes[s])
+                targets.append(y)
+                weights.append(wt)
+            n_steps += len(keep)
+            rows.append(Row(Window(w.input_ids, [w.tag_positions[k] for k in keep], [w.step_indices[k] for k in keep]), targets, weights, group))
+    stats = {"rows": len(rows), "supervised_steps": n_steps, "truncated_trajectories": n_truncated, "weight_bad": w_bad, "weight_good": w_good}
+    return rows, stats
+
+
+class Collator:
+    """Pad ids; flatten tag positions, targets, weights and groups over the batch."""
+
+    def __init__(self, pad_id: int):
+        self.pad_id = pad_id
+
+    def __call__(self, rows: list[Row]) -> dict[str, torch.Tensor]:
+        ids, mask = pad_batch([r.window.input_ids for r in rows], self.pad_id)
+        return {
+            "input_ids": ids,
+            "attention_mask": mask,
+            "tag_batch": torch.tensor([b for b, r in enumerate(rows) for _ in r.targets], dtype=torch.long),
+            "tag_pos": torch.tensor([p for r in rows for p in r.window.tag_positions], dtype=torch.long),
+            "targets": torch.tensor([t for r in rows for t in r.targets], dtype=torch.float32),
+            "weights": torch.tensor([w for r in rows for w in r.weights], dtype=torch.float32),
+            "groups": torch.tensor([r.group for r in rows for _ in r.targets], dtype=torch.long),
+            "n_tokens": torch.tensor(int(mask.sum()), dtype=torch.long),
+        }

@@ -1,0 +1,73 @@
+"""Backbone + two-class token-classification head + optional LoRA, and the export that merges it."""
+
+from __future__ import annotations
+
+from ..backbones import BackboneError, resolve_backbone
+from ..checkpoint import Sidecar, save_checkpoint
+from ..encoding import ensure_step_tag
+from .config import LoraSettings, ModelConfig
+
+ID2LABEL = {0: "bad", 1: "good"}
+
+
+def load_tokenizer(path: str, trust_remote_code: bool = False):
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except Exception as e:  # noqa: BLE001 - transformers raises many kinds here
+        raise BackboneError(f"backbone {path!r} has no usable tokenizer: {e}") from e
+    if not getattr(tok, "is_fast", False) and not hasattr(tok, "encode"):
+        raise BackboneError(f"backbone {path!r}: tokenizer cannot encode text")
+    return tok
+
+
+def build_model(model_cfg: ModelConfig, lora: LoraSettings):
+    """(model, tokenizer, step_tag_id, resolved backbone path)."""
+    from transformers import AutoModelForTokenClassification
+
+    path = resolve_backbone(model_cfg.backbone)
+    tok = load_tokenizer(path, model_cfg.trust_remote_code)
+    tag_id = ensure_step_tag(tok, model_cfg.step_tag)
+    try:
+        model = AutoModelForTokenClassification.from_pretrained(
+            path, num_labels=2, id2label=ID2LABEL, label2id={v: k for k, v in ID2LABEL.items()},
+            trust_remote_code=model_cfg.trust_remote_code,
+        )
+    except (OSError, ValueError) as e:
+        raise BackboneError(f"cannot load backbone {path!r} as a token classifier: {e}") from e
+    if len(tok) > model.get_input_embeddings().num_embeddings:
+        model.resize_token_embeddings(len(tok))
+    if model.config.pad_token_id is None:
+        model.config.pad_token_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    if model_cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    if lora.enabled:
+        model = _add_lora(model, lora)
+    return model, tok, tag_id, path
+
+
+def _add_lora(model, lora: LoraSettings):
+    from peft import LoraConfig, TaskType, get_peft_model
+
+    layers = None
+    if lora.top_layers is not None:
+        n = model.config.num_hidden_layers
+        layers = list(range(max(0, n - lora.top_layers), n))
+    targets = "all-linear" if lora.target_modules == ["all-linear"] else lora.target_modules
+    cfg = LoraConfig(
+        task_type=TaskType.TOKEN_CLS, r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+        target_modules=targets, layers_to_transform=layers,
+    )
+    model = get_peft_model(model, cfg)
+    head = [n for n, p in model.named_parameters() if "modules_to_save" in n and p.requires_grad]
+    if not head:
+        raise BackboneError("LoRA setup left the classification head frozen; it must be trainable")
+    return model
+
+
+def export(model, tokenizer, out_dir: str, sidecar: Sidecar) -> None:
+    """Merge LoRA (if any) and save a plain *ForTokenClassification folder + sidecar."""
+    if hasattr(model, "merge_and_unload"):
+        model = model.merge_and_unload()
+    save_checkpoint(model, tokenizer, out_dir, sidecar)

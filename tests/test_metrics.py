@@ -1,0 +1,50 @@
+import math
+
+import pytest
+
+from prm_distill.metrics import best_threshold, expected_calibration_error, first_below, processbench_f1, report, step_accuracy, step_auroc
+
+
+def test_auroc_counts_correctly_ordered_pairs():
+    # positives {0.9, 0.4}, negatives {0.5, 0.3}: 3 of 4 pairs ordered -> 0.75
+    assert step_auroc([[0.9, 0.5], [0.4, 0.3]], [[1.0, 0.0], [1.0, 0.0]]) == pytest.approx(0.75)
+    # unsupervised steps and soft 0.5 labels are left out
+    assert step_auroc([[0.9, 0.1, 0.99], [0.2]], [[1.0, 0.0, None], [0.5]]) == pytest.approx(1.0)
+    assert math.isnan(step_auroc([[0.9]], [[1.0]]))
+
+
+def test_step_accuracy_at_threshold():
+    # predictions >= 0.5 good: [T, F, T] vs labels [good, bad, bad] -> 2/3
+    assert step_accuracy([[0.7, 0.2, 0.6]], [[1.0, 0.0, 0.0]]) == pytest.approx(2 / 3)
+
+
+def test_ece_by_hand():
+    # bin 1 holds 0.1 and 0.15 (mean 0.125) with labels 0 and 1 (mean 0.5): 2/3 * 0.375 = 0.25
+    # bin 9 holds 0.9 with label 1: 1/3 * 0.1; total 0.28333
+    assert expected_calibration_error([[0.1, 0.15, 0.9]], [[0.0, 1.0, 1.0]]) == pytest.approx(0.25 + 0.1 / 3)
+    assert expected_calibration_error([[0.5, 0.5]], [[0.5, 0.5]]) == pytest.approx(0.0)
+
+
+def test_processbench_f1_by_hand():
+    scores = [[0.9, 0.2, 0.8], [0.9, 0.9], [0.3, 0.9], [0.9, 0.9, 0.1]]
+    first_errors = [1, -1, -1, 2]
+    assert first_below(scores[0], 0.5) == 1
+    out = processbench_f1(scores, first_errors, 0.5)
+    # erroneous: item 0 predicted 1 (hit), item 3 predicted 2 (hit) -> 1.0; correct: item 1 hit, item 2 miss -> 0.5
+    assert out["acc_erroneous"] == 1.0 and out["acc_correct"] == 0.5
+    assert out["processbench_f1"] == pytest.approx(2 * 1.0 * 0.5 / 1.5)
+    assert math.isnan(processbench_f1([[0.9]], [-1], 0.5)["processbench_f1"])
+
+
+def test_best_threshold_maximises_f1_on_dev_items():
+    scores = [[0.9, 0.45], [0.9, 0.6], [0.7, 0.8]]
+    errors = [1, -1, -1]
+    t = best_threshold(scores, errors)
+    assert 0.45 < t <= 0.6
+    assert processbench_f1(scores, errors, t)["processbench_f1"] == 1.0
+
+
+def test_report_has_every_key():
+    rep = report([[0.9, 0.2]], [[1.0, 0.0]], [1], 0.5)
+    assert set(rep) >= {"processbench_f1", "acc_erroneous", "acc_correct", "threshold", "auroc", "step_accuracy", "ece", "mean_score", "n_items", "n_steps"}
+    assert rep["n_steps"] == 2 and rep["mean_score"] == pytest.approx(0.55)

@@ -1,0 +1,137 @@
+import json
+
+import pytest
+
+from prm_distill.records import (
+    RecordError,
+    Trajectory,
+    from_dataset,
+    load_records,
+    read_jsonl,
+    read_prmbench,
+    read_processbench,
+    to_dataset,
+    write_jsonl,
+)
+
+
+def _write_lines(path, objs):
+    path.write_text("".join((o if isinstance(o, str) else json.dumps(o)) + "\n" for o in objs))
+    return path
+
+
+GOOD = {"id": "a", "question": "What is 2+3?", "steps": ["2+3=5.", "The answer is 5."], "labels": [1.0, None]}
+
+
+def test_jsonl_round_trip_keeps_soft_and_missing_labels(tmp_path):
+    recs = [
+        Trajectory(id="a", question="Q?", steps=["s1", "s2", "s3"], labels=[1.0, 0.5, None], votes=[[1, 1], [0, 1], []], outcome=0.0, metadata={"k": 1}),
+        Trajectory(id="b", question="Q2?", steps=["only"]),
+    ]
+    write_jsonl(recs, tmp_path / "r.jsonl")
+    back = read_jsonl(tmp_path / "r.jsonl")
+    assert back == recs
+    assert back[0].labels[1] == 0.5 and back[0].labels[2] is None
+
+
+@pytest.mark.parametrize(
+    "bad, field",
+    [
+        ({**GOOD, "labels": [1.0, 1.5]}, "labels[1]"),
+        ({**GOOD, "labels": [1.0, -0.1]}, "labels[1]"),
+        ({**GOOD, "labels": [1.0]}, "labels"),
+        ({**GOOD, "labels": [True, 1.0]}, "labels[0]"),
+        ({**GOOD, "steps": ["ok", "  "]}, "steps[1]"),
+        ({**GOOD, "steps": []}, "steps"),
+        ({**GOOD, "question": ""}, "question"),
+        ({k: v for k, v in GOOD.items() if k != "steps"}, "steps"),
+        ({**GOOD, "extra": 1}, "extra"),
+        ({**GOOD, "votes": [[1.0], [2.0]]}, "votes[1]"),
+    ],
+)
+def test_bad_record_error_names_file_line_and_field(tmp_path, bad, field):
+    path = _write_lines(tmp_path / "bad.jsonl", [{**GOOD, "id": "first"}, bad])
+    with pytest.raises(RecordError) as err:
+        read_jsonl(path)
+    assert err.value.line == 2 and err.value.field == field
+    assert f"bad.jsonl:2" in str(err.value) and field in str(err.value)
+
+
+def test_invalid_json_and_duplicate_ids_name_their_line(tmp_path):
+    path = _write_lines(tmp_path / "x.jsonl", [GOOD, "{not json"])
+    with pytest.raises(RecordError, match=r"x.jsonl:2: invalid JSON"):
+        read_jsonl(path)
+    path = _write_lines(tmp_path / "d.jsonl", [GOOD, "", GOOD])
+    with pytest.raises(RecordError, match=r"d.jsonl:3: field 'id': duplicate id 'a' \(first on line 1\)"):
+        read_jsonl(path)
+
+
+def test_datasets_round_trip_keeps_unsupervised_steps():
+    recs = [Trajectory(id="a", question="Q?", steps=["x", "y"], labels=[0.5, None], metadata={"m": "v"}), Trajectory(id="b", question="R?", steps=["z"])]
+    ds = to_dataset(recs)
+    assert ds.num_rows == 2 and ds[0]["labels"] == [0.5, None]
+    back = from_dataset(ds)
+    assert back[0].labels == [0.5, None] and back[0].metadata == {"m": "v"}
+    assert back[1].labels is None
+
+
+def test_datasets_rows_are_validated():
+    import datasets
+
+    ds = datasets.Dataset.from_list([{"id": "a", "question": "Q", "steps": ["s"], "labels": [3.0]}])
+    with pytest.raises(RecordError, match=r"dataset:0: field 'labels\[0\]'"):
+        from_dataset(ds)
+
+
+def test_processbench_labels_before_at_and_after_the_first_error(tmp_path):
+    items = [
+        {"id": "e", "generator": "g", "problem": "P", "steps": ["a", "b", "c", "d"], "final_answer_correct": False, "label": 1},
+        {"id": "ok", "generator": "g", "problem": "P", "steps": ["a", "b"], "final_answer_correct": True, "label": -1},
+    ]
+    (tmp_path / "pb.json").write_text(json.dumps(items))
+    recs = read_processbench(tmp_path / "pb.json")
+    assert recs[0].labels == [1.0, 0.0, None, None] and recs[0].first_error == 1
+    assert recs[1].labels == [1.0, 1.0] and recs[1].first_error == -1
+    items[0]["label"] = 4
+    (tmp_path / "pb.json").write_text(json.dumps(items))
+    with pytest.raises(RecordError, match="item 0: field 'label'"):
+        read_processbench(tmp_path / "pb.json")
+
+
+def test_prmbench_original_all_good_modified_first_error_and_error_steps(tmp_path):
+    item = {
+        "original_question": "Q", "modified_question": "Q", "question": "Q", "idx": "p0", "classification": "circular",
+        "original_process": ["o1", "o2", "o3"], "modified_process": ["m1", "m2", "m3", "m4", "m5"], "error_steps": [2, 4],
+    }
+    path = _write_lines(tmp_path / "pm.jsonl", [item])
+    orig, mod = read_prmbench(path)
+    assert orig.labels == [1.0, 1.0, 1.0]
+    assert mod.labels == [1.0, 0.0, None, 0.0, None]
+    assert orig.id != mod.id
+    # real items sometimes cite steps past the end: those are dropped, and with none left only the original remains
+    (mod2,) = read_prmbench(_write_lines(tmp_path / "pm2.jsonl", [{**item, "error_steps": [3, 9]}]))[1:]
+    assert mod2.labels == [1.0, 1.0, 0.0, None, None] and mod2.metadata["dropped_error_steps"] == [9]
+    assert len(read_prmbench(_write_lines(tmp_path / "pm3.jsonl", [{**item, "error_steps": [9]}]))) == 1
+    with pytest.raises(RecordError, match=r"pm4.jsonl:1: field 'error_steps'"):
+        read_prmbench(_write_lines(tmp_path / "pm4.jsonl", [{**item, "error_steps": "2"}]))
+
+
+def test_unknown_format_and_missing_file_are_clear(tmp_path):
+    with pytest.raises(ValueError, match="unknown format 'csv'"):
+        load_records(tmp_path / "x", "csv")
+    with pytest.raises(FileNotFoundError, match="data file not found"):
+        load_records(tmp_path / "missing.jsonl")
+
+
+@pytest.mark.data
+def test_real_processbench_and_prmbench_files_load(shared_data):
+    gsm = read_processbench(shared_data("processbench", "gsm8k.json"))
+    assert len(gsm) == 400
+    assert sum(r.first_error == -1 for r in gsm) > 0 and sum(r.first_error >= 0 for r in gsm) > 0
+    for r in gsm:
+        fe = r.first_error
+        if fe >= 0:
+            assert r.labels[:fe] == [1.0] * fe and r.labels[fe] == 0.0 and all(x is None for x in r.labels[fe + 1 :])
+    pm = read_prmbench(shared_data("prmbench", "train_p1_first400_4o_circular.jsonl"))
+    assert 790 <= len(pm) <= 802 and len({r.id for r in pm}) == len(pm)
+    assert sum(r.id.endswith('-orig') for r in pm) >= 400

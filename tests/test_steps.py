@@ -1,0 +1,70 @@
+import pytest
+
+from prm_distill.steps import SplitConfig, StepSplitError, split_step_spans, split_steps
+
+
+def test_explicit_step_markers_win_and_keep_a_preamble():
+    text = "Let us solve it carefully.\nStep 1: add 3 and 4 to get 7.\nStep 2: double it to get 14.\n## Step 3: The answer is 14."
+    assert split_steps(text) == [
+        "Let us solve it carefully.",
+        "Step 1: add 3 and 4 to get 7.",
+        "Step 2: double it to get 14.",
+        "## Step 3: The answer is 14.",
+    ]
+
+
+def test_numbered_lists():
+    text = "1. We first add the two numbers.\n2) Then we multiply 3 by 4 here.\n3. So the result is 12 in total."
+    assert split_steps(text) == ["1. We first add the two numbers.", "2) Then we multiply 3 by 4 here.", "3. So the result is 12 in total."]
+
+
+def test_blank_lines():
+    assert split_steps("We compute 3+4=7 first.\n\n\nThen 7*2=14 follows.\n \nSo the answer is 14.") == [
+        "We compute 3+4=7 first.", "Then 7*2=14 follows.", "So the answer is 14."]
+
+
+def test_sentence_groups_do_not_split_decimals():
+    text = "We have 7.8 minutes in all. That is 7 and 0.8 minutes. So 60 x 7.8 = 468. The answer is 468 seconds."
+    assert split_steps(text, SplitConfig(sentences_per_step=2)) == [
+        "We have 7.8 minutes in all. That is 7 and 0.8 minutes.", "So 60 x 7.8 = 468. The answer is 468 seconds."]
+    assert len(split_steps(text, SplitConfig(sentences_per_step=1))) == 4
+
+
+def test_code_blocks_stay_whole():
+    code = "```python\nx = 1\n\ny = 2\nprint(x + y)\n```"
+    steps = split_steps(f"Here is the program we need.\n\n{code}\n\nThe program prints 3.")
+    assert steps == ["Here is the program we need.", code, "The program prints 3."]
+    # even when longer than max_chars, a code block is never cut
+    assert code in split_steps(f"Intro sentence here.\n\n{code}", SplitConfig(min_chars=1, max_chars=10))
+
+
+def test_short_fragments_merge_into_a_neighbour():
+    assert split_steps("Ok.\n\nWe compute 3+4=7 here.\n\nDone.") == ["Ok.\n\nWe compute 3+4=7 here.\n\nDone."]
+    assert split_steps("We compute 3+4=7 here.\n\nDone.\n\nThen we stop there.") == ["We compute 3+4=7 here.\n\nDone.", "Then we stop there."]
+
+
+def test_overlong_blocks_split_at_sentences_then_words():
+    cfg = SplitConfig(min_chars=1, max_chars=40, sentences_per_step=3)
+    text = "This is sentence number one. This is sentence number two. And three."
+    steps = split_steps(text, cfg)
+    assert steps == ["This is sentence number one.", "This is sentence number two. And three."]
+    assert all(len(s) <= 40 for s in split_steps("word " * 30, cfg))
+    assert " ".join(split_steps("word " * 30, cfg)) == ("word " * 30).strip()
+
+
+def test_spans_index_the_original_text():
+    text = "  Step 1: a = 2.\n\nStep 2: b = a + 1 = 3.  "
+    spans = split_step_spans(text)
+    assert [text[s:e] for s, e in spans] == ["Step 1: a = 2.", "Step 2: b = a + 1 = 3."]
+    assert spans[0][0] == 2
+
+
+@pytest.mark.parametrize("text", ["", "   \n\n "])
+def test_empty_text_is_an_error(text):
+    with pytest.raises(StepSplitError, match="empty"):
+        split_steps(text)
+
+
+def test_bad_bounds_are_rejected():
+    with pytest.raises(ValueError, match="min_chars"):
+        SplitConfig(min_chars=50, max_chars=40)

@@ -1,0 +1,152 @@
+"""The real training loop on a tiny model: export format, LoRA, resume, config, bad input."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from prm_distill.backbones import BackboneError
+from prm_distill.checkpoint import SIDECAR_NAME, load_checkpoint
+from prm_distill.config import ConfigError, load_config
+from prm_distill.serve.engine import PRMEngine
+from prm_distill.train import TrainJobConfig, train
+from prm_distill.records import read_jsonl
+
+
+def test_export_reloads_in_plain_transformers_with_the_engine_numbers(tiny_checkpoint, synthetic_files):
+    from transformers import AutoModelForTokenClassification, AutoTokenizer
+
+    sidecar = json.loads((tiny_checkpoint / SIDECAR_NAME).read_text())
+    assert sidecar["step_tag"] == "<|step|>" and sidecar["encoding_version"] == 1
+    assert sidecar["training"]["steps"] == 4 and 0.0 <= sidecar["threshold"] <= 1.0
+    assert list(tiny_checkpoint.glob("*.safetensors")) and not list(tiny_checkpoint.glob("*.bin"))
+    ids = (tiny_checkpoint / "training_ids.txt").read_text().split()
+    assert ids and all(i.startswith("train-") for i in ids)
+
+    # plain transformers, no prm_distill code: tokenise the same way by hand, softmax at the tags
+    tok = AutoTokenizer.from_pretrained(tiny_checkpoint)
+    model = AutoModelForTokenClassification.from_pretrained(tiny_checkpoint).eval()
+    tag = sidecar["step_tag_id"]
+    rec = read_jsonl(synthetic_files["test"])[0]
+    input_ids = tok(rec.question + "\n", add_special_tokens=False)["input_ids"]
+    positions = []
+    for s in rec.steps:
+        input_ids += tok(s, add_special_tokens=False)["input_ids"] + [tag]
+        positions.append(len(input_ids) - 1)
+    with torch.no_grad():
+        probs = model(input_ids=torch.tensor([input_ids])).logits[0, positions].softmax(-1)[:, 1].tolist()
+    engine = PRMEngine.from_checkpoint(tiny_checkpoint, device="cpu")
+    got = engine.score([(rec.question, rec.steps)])[0]
+    assert max(abs(a - b) for a, b in zip(probs, got)) < 1e-5
+
+
+def test_training_moves_the_model_toward_the_labels(tiny_backbone, synthetic_files, train_overrides, tmp_path):
+    """Twenty steps on a fixed batch of labels lower the loss: the loop really optimises."""
+    out = tmp_path / "m"
+    summary = train(load_config(TrainJobConfig, None, train_overrides(tiny_backbone, synthetic_files, out, **{"train.max_steps": 20, "data.limit": 8, "train.batch_size": 8, "train.warmup_ratio": 0.0, "train.lr_scheduler": "constant"})))
+    losses = [h["loss"] for h in summary["history"] if "loss" in h]
+    assert len(losses) == 20 and losses[-1] < 0.7 * losses[0]
+
+
+def test_lora_keeps_the_head_trainable_and_export_is_merged(tiny_backbone, synthetic_files, train_overrides, tmp_path):
+    from safetensors import safe_open
+
+    from prm_distill.train.config import LoraSettings, ModelConfig
+    from prm_distill.train.model import build_model
+
+    model, *_ = build_model(ModelConfig(backbone=str(tiny_backbone)), LoraSettings(r=4, alpha=8, top_layers=1))
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert any("score" in n for n in trainable)
+    assert any("layers.1." in n and "lora_" in n for n in trainable) and not any("layers.0." in n for n in trainable)
+
+    out = tmp_path / "lora"
+    train(load_config(TrainJobConfig, None, train_overrides(tiny_backbone, synthetic_files, out, **{"lora.enabled": True, "lora.r": 4, "train.max_steps": 2})))
+    (weights,) = out.glob("*.safetensors")
+    with safe_open(weights, "pt") as f:
+        keys = list(f.keys())
+    assert not any("lora" in k for k in keys) and "score.weight" in keys
+    model, _, _ = load_checkpoint(out)
+    assert type(model).__name__ == "LlamaForTokenClassification"
+
+
+def test_resume_continues_where_it_stopped_and_matches_an_uninterrupted_run(tiny_backbone, synthetic_files, train_overrides, tmp_path):
+    common = {"train.max_steps": 6, "train.save_steps": 3, "train.batch_size": 4, "data.limit": 16}
+    straight = tmp_path / "straight"
+    train(load_config(TrainJobConfig, None, train_overrides(tiny_backbone, synthetic_files, straight, **common)))
+
+    # the straight run left a mid-run checkpoint at step 3: drop everything after it (as if killed there)
+    resumed = tmp_path / "resumed"
+    (resumed / "checkpoints").mkdir(parents=True)
+    shutil.copytree(straight / "checkpoints" / "step-3", resumed / "checkpoints" / "step-3")
+    summary = train(load_config(TrainJobConfig, None, train_overrides(tiny_backbone, synthetic_files, resumed, **common)))
+    assert summary["steps"] == 6
+    assert [h["step"] for h in summary["history"] if "loss" in h] == [1, 2, 3, 4, 5, 6]
+
+    a, _, _ = load_checkpoint(straight)
+    b, _, _ = load_checkpoint(resumed)
+    diff = max((pa - pb).abs().max().item() for pa, pb in zip(a.parameters(), b.parameters()))
+    assert diff < 1e-5
+
+
+def test_config_overrides_and_errors_name_the_key(tmp_path):
+    cfg = load_config(TrainJobConfig, None, ["train.max_steps=7", "model.backbone=/x", "loss.kind=mix", "data.train=[a.jsonl,b.jsonl]"])
+    assert cfg.train.max_steps == 7 and cfg.model.backbone == "/x" and cfg.loss.kind == "mix" and cfg.data.train == ["a.jsonl", "b.jsonl"]
+    with pytest.raises(ConfigError, match=r"train\.max_stepz: unknown key"):
+        load_config(TrainJobConfig, None, ["train.max_stepz=3"])
+    with pytest.raises(ConfigError, match=r"train\.max_steps: expected an integer"):
+        load_config(TrainJobConfig, None, ["train.max_steps=many"])
+    with pytest.raises(ConfigError, match=r"loss: .*loss.kind must be one of"):
+        load_config(TrainJobConfig, None, ["loss.kind=hinge"])
+    (tmp_path / "c.yaml").write_text("train:\n  max_steps: 9\nmodel:\n  max_length: 128\n")
+    cfg = load_config(TrainJobConfig, tmp_path / "c.yaml", ["train.max_steps=11"])
+    assert cfg.train.max_steps == 11 and cfg.model.max_length == 128
+
+
+def test_shipped_config_loads():
+    cfg = load_config(TrainJobConfig, Path(__file__).resolve().parents[1] / "configs" / "train.yaml")
+    assert cfg.model.backbone == "smollm2" and cfg.train.output_dir
+
+
+def test_backbone_without_a_tokenizer_is_a_clear_error(tiny_backbone, tmp_path):
+    from prm_distill.train.config import LoraSettings, ModelConfig
+    from prm_distill.train.model import build_model
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for f in tiny_backbone.iterdir():
+        if f.name in ("config.json", "model.safetensors"):
+            shutil.copy(f, bare / f.name)
+    with pytest.raises(BackboneError, match="no usable tokenizer"):
+        build_model(ModelConfig(backbone=str(bare)), LoraSettings(enabled=False))
+    with pytest.raises(BackboneError, match="no config.json"):
+        build_model(ModelConfig(backbone=str(tmp_path)), LoraSettings(enabled=False))
+
+
+def test_no_supervised_labels_is_a_clear_error(tiny_backbone, train_overrides, tmp_path):
+    from prm_distill.records import Trajectory, write_jsonl
+
+    write_jsonl([Trajectory(id="a", question="Q?", steps=["s"], labels=[None])], tmp_path / "t.jsonl")
+    files = {"train": tmp_path / "t.jsonl", "dev": tmp_path / "t.jsonl"}
+    with pytest.raises(ValueError, match="no supervised step"):
+        train(load_config(TrainJobConfig, None, train_overrides(tiny_backbone, files, tmp_path / "o")))
+
+
+@pytest.mark.slow
+def test_accelerate_launch_with_two_processes(tiny_backbone, synthetic_files, train_overrides, tmp_path):
+    out = tmp_path / "ddp"
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", "--num_machines", "1",
+           "--mixed_precision", "no", "--dynamo_backend", "no", "--multi_gpu", "-m", "prm_distill.cli", "train",  # torchrun; CPU-only hosts get gloo
+           *train_overrides(tiny_backbone, synthetic_files, out, **{"train.max_steps": 3, "train.save_steps": 2})]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "2 process(es)" in proc.stdout
+    sidecar = json.loads((out / SIDECAR_NAME).read_text())
+    assert sidecar["training"]["steps"] == 3
+    assert (out / "checkpoints" / "step-2" / "trainer_state.json").is_file()
+    engine = PRMEngine.from_checkpoint(out, device="cpu")
+    rec = read_jsonl(synthetic_files["test"])[0]
+    assert len(engine.score([(rec.question, rec.steps)])[0]) == len(rec.steps)
