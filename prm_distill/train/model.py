@@ -36,6 +36,8 @@ def build_model(model_cfg: ModelConfig, lora: LoraSettings):
         )
     except (OSError, ValueError) as e:
         raise BackboneError(f"cannot load backbone {path!r} as a token classifier: {e}") from e
+    if model_cfg.num_layers is not None:
+        truncate_layers(model, model_cfg.num_layers)
     if len(tok) > model.get_input_embeddings().num_embeddings:
         model.resize_token_embeddings(len(tok))
     if model.config.pad_token_id is None:
@@ -45,6 +47,26 @@ def build_model(model_cfg: ModelConfig, lora: LoraSettings):
     if lora.enabled:
         model = _add_lora(model, lora)
     return model, tok, tag_id, path
+
+
+def truncate_layers(model, n: int) -> None:
+    """Keep only the first `n` transformer layers: a shallower PRM is proportionally cheaper to
+    train and serve, and the middle layers of a small LM often carry the most step-level signal.
+    The saved config says `num_hidden_layers = n`, so transformers and vLLM load it as is."""
+    import torch
+
+    total = model.config.num_hidden_layers
+    if not 1 <= n <= total:
+        raise BackboneError(f"model.num_layers must be between 1 and {total} for this backbone, got {n}")
+    stacks = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == total]
+    if not stacks:
+        raise BackboneError("cannot find the transformer layer stack of this backbone to truncate it")
+    stack = stacks[0]
+    for i in range(total - 1, n - 1, -1):
+        del stack[i]
+    model.config.num_hidden_layers = n
+    if isinstance(getattr(model.config, "layer_types", None), list):
+        model.config.layer_types = model.config.layer_types[:n]
 
 
 def _add_lora(model, lora: LoraSettings):

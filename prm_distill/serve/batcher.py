@@ -1,0 +1,206 @@
+"""An asyncio front for a synchronous scoring engine: dynamic batching without blocking the loop.
+
+Many coroutines (RL sessions, HTTP requests) each ask for one trajectory's step scores. Scoring
+them one by one wastes the model; blocking the event loop on a forward pass stalls every other
+session. `ScoreBatcher` queues requests, gathers those that arrive within `max_wait_ms` of the
+oldest one (up to about `max_batch_tokens`), and runs them as one `engine.score` call in its own
+worker thread, one call at a time. Results equal unbatched scoring: a request's scores never
+depend on what it was batched with, and a request the engine rejects fails alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Protocol
+
+Item = tuple[str, Sequence[str]]
+
+
+class SyncScoringEngine(Protocol):
+    """What the batcher drives: `PRMEngine` or anything scoring (question, steps) items in one call."""
+
+    def score(self, items: Sequence[Item]) -> list[list[float]]: ...
+
+
+class BatcherFullError(RuntimeError):
+    """Too many requests are waiting: the caller should shed load rather than queue without bound."""
+
+
+class BatcherClosedError(RuntimeError):
+    """The batcher was closed before (or while) the request could be scored."""
+
+
+def estimate_tokens(question: str, steps: Sequence[str]) -> int:
+    """Cheap size of a request (about 4 characters per BPE token, plus one tag per step).
+
+    Exact counts would tokenise every request twice (here and in the engine); the engine re-buckets
+    exactly under its own token budget, so this estimate only bounds how much one call gathers.
+    """
+    return (len(question) + sum(len(step) for step in steps)) // 4 + len(steps) + 1
+
+
+@dataclass
+class _Request:
+    item: Item
+    cost: int
+    arrived: float
+    future: asyncio.Future[list[float]] = field(repr=False)
+
+
+def _score_isolated(engine: SyncScoringEngine, items: list[Item]) -> list[list[float] | Exception]:
+    """Score a batch; if the engine rejects it, score each item alone so only the bad one fails."""
+    try:
+        results: list[list[float] | Exception] = list(engine.score(items))
+        if len(results) != len(items):
+            raise RuntimeError(f"the engine returned {len(results)} results for {len(items)} items")
+        return results
+    except Exception:
+        if len(items) == 1:
+            raise
+    isolated: list[list[float] | Exception] = []
+    for item in items:
+        try:
+            isolated.extend(_score_isolated(engine, [item]))
+        except Exception as error:
+            isolated.append(error)
+    return isolated
+
+
+class ScoreBatcher:
+    """`await batcher.score(question, steps)` -> per-step scores; `await batcher.aclose()` to stop.
+
+    Bound to one event loop at a time (it restarts on a new loop once the old one has finished).
+    The engine is borrowed: closing the batcher stops its worker thread, not the engine.
+    """
+
+    def __init__(
+        self,
+        engine: SyncScoringEngine,
+        *,
+        max_batch_tokens: int = 16384,
+        max_wait_ms: float = 5.0,
+        max_queue: int = 4096,
+    ) -> None:
+        if max_batch_tokens < 1 or max_queue < 1 or not max_wait_ms >= 0:
+            raise ValueError("ScoreBatcher needs max_batch_tokens >= 1, max_queue >= 1 and max_wait_ms >= 0")
+        self.engine = engine
+        self.max_batch_tokens = max_batch_tokens
+        self.max_wait_s = max_wait_ms / 1000.0
+        self.max_queue = max_queue
+        self._pending: deque[_Request] = deque()
+        self._pending_cost = 0
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prm-batcher")
+        self._worker: asyncio.Task[None] | None = None
+        self._wakeup: asyncio.Event | None = None
+        self._closed = False
+
+    async def score(self, question: str, steps: Sequence[str]) -> list[float]:
+        """Per-step scores of one trajectory, batched with whatever else is waiting."""
+        if self._closed:
+            raise BatcherClosedError("ScoreBatcher is closed")
+        if len(self._pending) >= self.max_queue:
+            raise BatcherFullError(
+                f"ScoreBatcher queue is full ({self.max_queue} requests waiting); "
+                "raise max_queue or lower the number of concurrent sessions"
+            )
+        loop = asyncio.get_running_loop()
+        self._ensure_worker(loop)
+        request = _Request((question, list(steps)), estimate_tokens(question, steps), loop.time(), loop.create_future())
+        self._pending.append(request)
+        self._pending_cost += request.cost
+        assert self._wakeup is not None
+        self._wakeup.set()
+        return await request.future
+
+    def _ensure_worker(self, loop: asyncio.AbstractEventLoop) -> None:
+        worker = self._worker
+        if worker is not None and not worker.done():
+            if worker.get_loop() is not loop:
+                raise RuntimeError("ScoreBatcher is in use by another running event loop")
+            return
+        self._wakeup = asyncio.Event()
+        self._worker = loop.create_task(self._run(), name="prm-score-batcher")
+
+    async def _run(self) -> None:
+        assert self._wakeup is not None
+        loop = asyncio.get_running_loop()
+        batch: list[_Request] = []
+        try:
+            while self._pending or not self._closed:
+                if not self._pending:
+                    self._wakeup.clear()
+                    await self._wakeup.wait()
+                    continue
+                await self._gather(loop)
+                batch = self._take()
+                if batch:
+                    await self._score(loop, batch)
+                batch = []
+        finally:
+            # Loop shutdown or a bug: nobody is left to answer these requests.
+            for request in [*batch, *self._pending]:
+                if not request.future.done():
+                    request.future.set_exception(BatcherClosedError("ScoreBatcher stopped before scoring"))
+            self._pending.clear()
+            self._pending_cost = 0
+
+    async def _gather(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Wait until the oldest request is max_wait_ms old or the token budget is reached."""
+        assert self._wakeup is not None
+        deadline = self._pending[0].arrived + self.max_wait_s
+        while self._pending_cost < self.max_batch_tokens and not self._closed:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            self._wakeup.clear()
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), remaining)
+            except TimeoutError:
+                return
+
+    def _take(self) -> list[_Request]:
+        """The oldest requests that fit the budget (always at least one); abandoned ones are dropped."""
+        batch: list[_Request] = []
+        cost = 0
+        while self._pending:
+            request = self._pending[0]
+            if request.future.done():  # the caller gave up (cancelled or timed out)
+                self._pending.popleft()
+                self._pending_cost -= request.cost
+                continue
+            if batch and cost + request.cost > self.max_batch_tokens:
+                break
+            self._pending.popleft()
+            self._pending_cost -= request.cost
+            batch.append(request)
+            cost += request.cost
+        return batch
+
+    async def _score(self, loop: asyncio.AbstractEventLoop, batch: list[_Request]) -> None:
+        try:
+            results = await loop.run_in_executor(
+                self._executor, _score_isolated, self.engine, [request.item for request in batch]
+            )
+        except Exception as error:
+            results = [error] * len(batch)
+        for request, result in zip(batch, results, strict=True):
+            if request.future.done():
+                continue
+            if isinstance(result, Exception):
+                request.future.set_exception(result)
+            else:
+                request.future.set_result(list(result))
+
+    async def aclose(self) -> None:
+        """Refuse new requests, finish the queued ones, then stop the worker thread."""
+        self._closed = True
+        worker = self._worker
+        if worker is not None and not worker.done() and worker.get_loop() is asyncio.get_running_loop():
+            assert self._wakeup is not None
+            self._wakeup.set()
+            await asyncio.shield(worker)
+        self._executor.shutdown(wait=False)

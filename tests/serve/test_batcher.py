@@ -1,0 +1,203 @@
+"""ScoreBatcher: concurrent requests become few engine calls, without changing any result."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from prm_distill.serve import PRMEngine
+from prm_distill.serve.batcher import BatcherClosedError, BatcherFullError, ScoreBatcher, estimate_tokens
+
+
+class RecordingEngine:
+    """Scores a step as len(step) / 100; records every call; can block, sleep or refuse an item."""
+
+    def __init__(self, *, delay: float = 0.0, refuse: str | None = None, gate: threading.Event | None = None):
+        self.delay, self.refuse, self.gate = delay, refuse, gate
+        self.calls: list[list[str]] = []  # the questions of each call
+        self.started = threading.Event()
+        self.active = self.max_active = 0
+        self._lock = threading.Lock()
+
+    def score(self, items):
+        with self._lock:
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+        try:
+            self.started.set()
+            if self.gate is not None:
+                self.gate.wait(5)
+            time.sleep(self.delay)
+            self.calls.append([question for question, _ in items])
+            if any(question == self.refuse for question, _ in items):
+                raise ValueError("refused item")
+            return [[len(step) / 100 for step in steps] for _, steps in items]
+        finally:
+            with self._lock:
+                self.active -= 1
+
+
+def test_concurrent_requests_share_one_engine_call():
+    engine = RecordingEngine()
+
+    async def main():
+        batcher = ScoreBatcher(engine, max_wait_ms=100)
+        results = await asyncio.gather(*(batcher.score(f"q{i}", ["ab" * (i + 1), "abc"]) for i in range(8)))
+        await batcher.aclose()
+        return results
+
+    results = asyncio.run(main())
+    assert engine.calls == [[f"q{i}" for i in range(8)]]
+    assert results == [[2 * (i + 1) / 100, 0.03] for i in range(8)]
+
+
+def test_batched_scores_equal_unbatched_scores_of_the_real_engine(tiny_checkpoint):
+    engine = PRMEngine.from_checkpoint(tiny_checkpoint, device="cpu")
+    items = [
+        ("What is 2 + 3?", ["2 + 3 = 5.", "The answer is 5."]),
+        ("Tom has 4 apples and buys 3 more. How many now?", ["4 + 3 = 7.", "He has 7 apples.", "Answer: 7."]),
+        ("Compute 6 * 7.", ["6 * 7 = 42."]),
+    ]
+    unbatched = [engine.score([item])[0] for item in items]
+
+    async def main():
+        batcher = ScoreBatcher(engine, max_wait_ms=100)
+        try:
+            return await asyncio.gather(*(batcher.score(q, s) for q, s in items))
+        finally:
+            await batcher.aclose()
+
+    batched = asyncio.run(main())
+    for got, want in zip(batched, unbatched, strict=True):
+        assert got == pytest.approx(want, abs=1e-6)
+
+
+def test_token_budget_caps_what_one_call_gathers():
+    engine = RecordingEngine()
+    steps = ["x" * 40]
+    budget = 2 * estimate_tokens("q0", steps)  # room for exactly two of these requests
+
+    async def main():
+        batcher = ScoreBatcher(engine, max_batch_tokens=budget, max_wait_ms=100)
+        results = await asyncio.gather(*(batcher.score(f"q{i}", steps) for i in range(5)))
+        await batcher.aclose()
+        return results
+
+    assert asyncio.run(main()) == [[0.4]] * 5
+    assert engine.calls == [["q0", "q1"], ["q2", "q3"], ["q4"]]
+
+
+def test_one_model_call_at_a_time_and_the_event_loop_keeps_running():
+    engine = RecordingEngine(delay=0.05)
+
+    async def main():
+        batcher = ScoreBatcher(engine, max_batch_tokens=8, max_wait_ms=0)  # tiny budget: many calls
+        ticks = 0
+        done = asyncio.Event()
+
+        async def ticker():
+            nonlocal ticks
+            while not done.is_set():
+                ticks += 1
+                await asyncio.sleep(0.005)
+
+        ticking = asyncio.create_task(ticker())
+        started = time.monotonic()
+        await asyncio.gather(*(batcher.score(f"q{i}", ["some step text"]) for i in range(6)))
+        elapsed = time.monotonic() - started
+        done.set()
+        await ticking
+        await batcher.aclose()
+        return ticks, elapsed
+
+    ticks, elapsed = asyncio.run(main())
+    assert len(engine.calls) == 6 and engine.max_active == 1
+    # The loop ran the ticker throughout the ~0.3 s of model time instead of freezing behind it.
+    assert elapsed >= 0.3 and ticks >= 20
+
+
+def test_a_full_queue_fails_fast_with_a_clear_error():
+    gate = threading.Event()
+    engine = RecordingEngine(gate=gate)
+
+    async def main():
+        batcher = ScoreBatcher(engine, max_wait_ms=0, max_queue=2)
+        in_flight = asyncio.create_task(batcher.score("q0", ["a"]))
+        await asyncio.to_thread(engine.started.wait, 5)  # q0 is inside the engine now
+        waiting = [asyncio.create_task(batcher.score(f"q{i}", ["a"])) for i in (1, 2)]
+        await asyncio.sleep(0)
+        with pytest.raises(BatcherFullError, match="queue is full"):
+            await batcher.score("q3", ["a"])
+        gate.set()
+        results = await asyncio.gather(in_flight, *waiting)
+        await batcher.aclose()
+        return results
+
+    assert asyncio.run(main()) == [[0.01]] * 3
+
+
+def test_a_request_the_engine_refuses_fails_alone():
+    engine = RecordingEngine(refuse="bad")
+
+    async def main():
+        batcher = ScoreBatcher(engine, max_wait_ms=100)
+        results = await asyncio.gather(
+            batcher.score("good", ["abcd"]), batcher.score("bad", ["a"]), batcher.score("fine", ["ab"]),
+            return_exceptions=True,
+        )
+        await batcher.aclose()
+        return results
+
+    good, bad, fine = asyncio.run(main())
+    assert good == [0.04] and fine == [0.02]
+    assert isinstance(bad, ValueError) and "refused" in str(bad)
+
+
+def test_aclose_finishes_queued_requests_then_refuses_new_ones():
+    engine = RecordingEngine()
+
+    async def main():
+        batcher = ScoreBatcher(engine, max_wait_ms=1000)  # they would wait a second for company
+        tasks = [asyncio.create_task(batcher.score(f"q{i}", ["abc"])) for i in range(3)]
+        await asyncio.sleep(0)
+        started = time.monotonic()
+        await batcher.aclose()
+        assert time.monotonic() - started < 0.5  # closing does not wait out max_wait_ms
+        results = await asyncio.gather(*tasks)
+        with pytest.raises(BatcherClosedError):
+            await batcher.score("late", ["abc"])
+        return results
+
+    assert asyncio.run(main()) == [[0.03]] * 3
+
+
+def test_a_request_abandoned_while_queued_is_not_scored():
+    gate = threading.Event()
+    engine = RecordingEngine(gate=gate)
+
+    async def main():
+        batcher = ScoreBatcher(engine, max_wait_ms=0)
+        first = asyncio.create_task(batcher.score("first", ["a"]))
+        await asyncio.to_thread(engine.started.wait, 5)
+        abandoned = asyncio.create_task(batcher.score("abandoned", ["a"]))
+        kept = asyncio.create_task(batcher.score("kept", ["a"]))
+        await asyncio.sleep(0)
+        abandoned.cancel()
+        gate.set()
+        results = await asyncio.gather(first, kept)
+        await batcher.aclose()
+        return results
+
+    assert asyncio.run(main()) == [[0.01], [0.01]]
+    assert engine.calls == [["first"], ["kept"]]
+
+
+def test_the_batcher_serves_one_event_loop_after_another():
+    engine = RecordingEngine()
+    batcher = ScoreBatcher(engine, max_wait_ms=0)
+    assert asyncio.run(batcher.score("a", ["ab"])) == [0.02]
+    assert asyncio.run(batcher.score("b", ["abc"])) == [0.03]
+    asyncio.run(batcher.aclose())

@@ -1,0 +1,98 @@
+"""The command line as users call it: eval, score, train config help, bad input."""
+
+import json
+
+import pytest
+
+from prm_distill.cli import main
+from prm_distill.records import read_jsonl
+
+REPORT_KEYS = {"processbench_f1", "acc_erroneous", "acc_correct", "threshold", "auroc", "step_accuracy", "ece", "mean_score", "n_items", "n_steps"}
+
+
+def test_eval_reports_overall_and_per_file(tiny_checkpoint, synthetic_files, tmp_path, capsys):
+    out = tmp_path / "report.json"
+    rc = main(["eval", "--model", str(tiny_checkpoint), "--data", str(synthetic_files["test"]), "--data", str(synthetic_files["dev"]),
+               "--format", "jsonl", "--threshold", "0.5", "--output", str(out), "--device", "cpu"])
+    assert rc == 0
+    rep = json.loads(out.read_text())
+    assert REPORT_KEYS <= set(rep)
+    assert set(rep["files"]) == {str(synthetic_files["test"]), str(synthetic_files["dev"])}
+    for per in rep["files"].values():
+        assert REPORT_KEYS <= set(per) and per["threshold"] == 0.5
+    n_test, n_dev = len(read_jsonl(synthetic_files["test"])), len(read_jsonl(synthetic_files["dev"]))
+    assert rep["n_items"] == n_test + n_dev
+    assert rep["files"][str(synthetic_files["test"])]["n_items"] == n_test
+    assert rep["n_steps"] == sum(len(r.steps) for f in ("test", "dev") for r in read_jsonl(synthetic_files[f]))
+    assert "processbench_f1" in capsys.readouterr().out
+
+
+def test_eval_threshold_sources_and_limit(tiny_checkpoint, synthetic_files, tmp_path):
+    out = tmp_path / "r.json"
+    assert main(["eval", "--model", str(tiny_checkpoint), "--data", str(synthetic_files["test"]), "--limit", "5", "--output", str(out)]) == 0
+    rep = json.loads(out.read_text())
+    sidecar = json.loads((tiny_checkpoint / "prm_distill.json").read_text())
+    assert rep["n_items"] == 5 and rep["threshold"] == pytest.approx(sidecar["threshold"]) and rep["threshold_source"].startswith("checkpoint")
+    assert main(["eval", "--model", str(tiny_checkpoint), "--data", str(synthetic_files["test"]), "--dev", str(synthetic_files["dev"]), "--output", str(out)]) == 0
+    assert json.loads(out.read_text())["threshold_source"].startswith("dev")
+
+
+def test_eval_on_processbench_format(tiny_checkpoint, tmp_path):
+    items = [
+        {"id": "a", "generator": "g", "problem": "What is 2 + 3?", "steps": ["2 + 3 = 6.", "So 6."], "final_answer_correct": False, "label": 0},
+        {"id": "b", "generator": "g", "problem": "What is 2 + 2?", "steps": ["2 + 2 = 4.", "So 4."], "final_answer_correct": True, "label": -1},
+    ]
+    (tmp_path / "pb.json").write_text(json.dumps(items))
+    out = tmp_path / "r.json"
+    assert main(["eval", "--model", str(tiny_checkpoint), "--data", str(tmp_path / "pb.json"), "--format", "processbench", "--threshold", "0.0", "--output", str(out)]) == 0
+    rep = json.loads(out.read_text())
+    # threshold 0: no score is below it, so every item is predicted all-correct: acc_correct 1, acc_erroneous 0, F1 0
+    assert rep["acc_correct"] == 1.0 and rep["acc_erroneous"] == 0.0 and rep["processbench_f1"] == 0.0
+    assert rep["n_steps"] == 4  # every step is scored, the unsupervised one after the error included
+
+
+def test_score_with_steps_and_with_a_raw_response(tiny_checkpoint, tmp_path):
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(
+        json.dumps({"id": "s", "question": "What is 2 + 3?", "steps": ["2 + 3 = 5.", "The answer is 5."]}) + "\n"
+        + json.dumps({"id": "r", "question": "What is 4 x 2?", "response": "Step 1: 4 x 2 = 8.\nStep 2: The answer is 8."}) + "\n"
+    )
+    out = tmp_path / "out.jsonl"
+    assert main(["score", "--model", str(tiny_checkpoint), "--input", str(inp), "--output", str(out), "--device", "cpu"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["s", "r"]
+    assert rows[1]["steps"] == ["Step 1: 4 x 2 = 8.", "Step 2: The answer is 8."]
+    for r in rows:
+        assert len(r["step_scores"]) == len(r["steps"]) and all(0.0 <= s <= 1.0 for s in r["step_scores"])
+
+
+@pytest.mark.parametrize(
+    "line, msg",
+    [
+        ({"question": "Q?"}, "in.jsonl:2: field 'steps': needs 'steps'"),
+        ({"question": "Q?", "steps": ["ok", ""]}, "in.jsonl:2: field 'steps[1]'"),
+        ({"question": "", "steps": ["ok"]}, "in.jsonl:2: field 'question'"),
+        ({"question": "Q?", "response": "   "}, "in.jsonl:2: field 'response': cannot split an empty response"),
+    ],
+)
+def test_score_rejects_bad_lines_naming_them_and_writes_nothing(tiny_checkpoint, tmp_path, capsys, line, msg):
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(json.dumps({"question": "Q?", "steps": ["fine step"]}) + "\n" + json.dumps(line) + "\n")
+    out = tmp_path / "out.jsonl"
+    assert main(["score", "--model", str(tiny_checkpoint), "--input", str(inp), "--output", str(out)]) == 2
+    assert msg in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_missing_model_and_unknown_config_key_are_clear_errors(tmp_path, synthetic_files, capsys):
+    assert main(["eval", "--model", str(tmp_path / "nope"), "--data", str(synthetic_files["test"])]) == 2
+    assert "model folder not found" in capsys.readouterr().err
+    assert main(["train", "train.max_stepz=1"]) == 2
+    assert "train.max_stepz: unknown key" in capsys.readouterr().err
+
+
+def test_train_help_config_lists_every_key(capsys):
+    assert main(["train", "--help-config"]) == 0
+    out = capsys.readouterr().out
+    for key in ("model.backbone", "train.max_steps", "train.output_dir", "loss.kind", "lora.top_layers", "data.format"):
+        assert key in out
