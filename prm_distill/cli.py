@@ -150,6 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if not args.verbose:  # accelerate logs every file of every checkpoint at INFO
+        logging.getLogger("accelerate").setLevel(logging.WARNING)
     try:
         return args.func(args)
     except (ConfigError, RecordError, FileNotFoundError, ValueError) as e:
