@@ -11,6 +11,7 @@ from .records import write_jsonl
 from .synthetic import SyntheticConfig, generate
 
 DEMO_CONFIG = Path(__file__).with_name("demo.yaml")
+TRAINER_PRM_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "trainer_prm.yaml"
 
 
 def run_demo(output: str, overrides: list[str] | None = None, quick: bool = False) -> int:
@@ -39,6 +40,17 @@ def run_demo(output: str, overrides: list[str] | None = None, quick: bool = Fals
     write_json(out / "report.json", rep)
     print("[demo] held-out test split (threshold chosen on the dev split during training):")
     print(format_report(rep))
+    if TRAINER_PRM_CONFIG.is_file():
+        from .demo_rl import shaped_table
+        from .records import read_jsonl
+
+        test = read_jsonl(data / "test.jsonl")
+        picked = [next(r for r in test if r.first_error == -1), next(r for r in test if r.first_error >= 1)]
+        print(f"[demo] RL: runner from {TRAINER_PRM_CONFIG.name}, distilled scorer + length budget, two-turn rollouts"
+              f" ({picked[0].id}: correct; {picked[1].id}: wrong from step {picked[1].first_error + 1}); shaped advantages per mode:")
+        print(shaped_table(cfg.train.output_dir, picked, TRAINER_PRM_CONFIG))
+    else:
+        print(f"[demo] RL part skipped: {TRAINER_PRM_CONFIG} not found (run from the repository)")
     print(f"[demo] chance level: AUROC 0.5. Trained {summary['steps']} steps at {summary['tokens_per_s']} tokens/s; total {time.time() - t0:.0f}s")
     print(f"[demo] checkpoint: {cfg.train.output_dir}   report: {out / 'report.json'}")
     return 0

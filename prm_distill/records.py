@@ -266,7 +266,7 @@ def read_prmbench(path: str | os.PathLike) -> list[Trajectory]:
     """PRMBench: each item gives two records, the original process (all steps good) and the modified
     one (steps before the first error step good, the 1-based `error_steps` bad, the rest unsupervised)."""
     src = str(path)
-    out, skipped = [], 0
+    out, skipped, invalid = [], 0, 0
     for lineno, it in iter_jsonl(path):
         try:
             if not isinstance(it, dict):
@@ -291,16 +291,22 @@ def read_prmbench(path: str | os.PathLike) -> list[Trajectory]:
             base = f'{it.get("idx", it.get("id", lineno))}-{kind}' if kind else str(it.get("idx", it.get("id", lineno)))
             oq = it.get("original_question") or q
             meta = {"source": "prmbench", "classification": kind}
-            out.append(Trajectory(id=f"{base}-orig", question=oq, steps=orig, labels=[1.0] * len(orig), metadata=meta))
-            if valid:
-                mod_meta = {**meta, "error_steps": valid, **({"dropped_error_steps": dropped} if dropped else {})}
-                out.append(Trajectory(id=f"{base}-mod", question=q, steps=mod, labels=mod_labels, metadata=mod_meta))
-            else:
-                skipped += 1
+            try:
+                pair = [Trajectory(id=f"{base}-orig", question=oq, steps=orig, labels=[1.0] * len(orig), metadata=meta)]
+                if valid:
+                    mod_meta = {**meta, "error_steps": valid, **({"dropped_error_steps": dropped} if dropped else {})}
+                    pair.append(Trajectory(id=f"{base}-mod", question=q, steps=mod, labels=mod_labels, metadata=mod_meta))
+                else:
+                    skipped += 1
+            except RecordError as e:  # e.g. a real item with empty steps: skipped, said, counted
+                log.warning("%s:%d: item skipped: %s", src, lineno, e)
+                invalid += 1
+                continue
+            out.extend(pair)
         except RecordError as e:
             raise RecordError(_bare(e), source=src, line=lineno, field=e.field) from None
-    if skipped:
-        log.warning("%s: %d modified processes skipped (no error step within the process)", src, skipped)
+    if skipped or invalid:
+        log.warning("%s: %d modified processes without an error step inside them, %d invalid items skipped", src, skipped, invalid)
     return out
 
 

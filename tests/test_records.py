@@ -112,6 +112,9 @@ def test_prmbench_original_all_good_modified_first_error_and_error_steps(tmp_pat
     (mod2,) = read_prmbench(_write_lines(tmp_path / "pm2.jsonl", [{**item, "error_steps": [3, 9]}]))[1:]
     assert mod2.labels == [1.0, 1.0, 0.0, None, None] and mod2.metadata["dropped_error_steps"] == [9]
     assert len(read_prmbench(_write_lines(tmp_path / "pm3.jsonl", [{**item, "error_steps": [9]}]))) == 1
+    # an item whose steps are invalid (a real one has empty steps) is skipped with a warning, the rest kept
+    recs = read_prmbench(_write_lines(tmp_path / "pm5.jsonl", [{**item, "original_process": ["o1", ""]}, {**item, "idx": "p1"}]))
+    assert [r.id for r in recs] == ["p1-circular-orig", "p1-circular-mod"]
     with pytest.raises(RecordError, match=r"pm4.jsonl:1: field 'error_steps'"):
         read_prmbench(_write_lines(tmp_path / "pm4.jsonl", [{**item, "error_steps": "2"}]))
 

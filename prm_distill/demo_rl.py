@@ -1,0 +1,93 @@
+"""The RL half of the main job: the distilled PRM as a dense per-token scorer in the runner built
+from the trainer-style YAML, scoring multi-turn rollouts and shaping advantages in every mode.
+
+Rollouts are held-out synthetic problems answered in two turns (a solution, then a check asked by
+the user), one correct and one going wrong at a known step, tokenised with the policy tokenizer
+(here the student's own, as SmolLM2 would be both policy and PRM in a small setup).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from pathlib import Path
+
+import torch
+import yaml
+
+from .records import Trajectory
+from .scorer import Interaction, ModelResponse, PRMRunner, load_prm_config, score_branches, shape_advantages
+
+MODES = ("process_weighted", "gvpo", "additive")
+
+
+def _turn(tok, turn_id: str, question: str, answer: str, parent=None, history=(), reward: float = 0.0) -> Interaction:
+    messages = [*history, {"role": "user", "content": question}]
+    return Interaction(
+        interaction_id=turn_id,
+        parent=parent,
+        messages=messages,
+        output_message_list=[{"role": "assistant", "content": answer}],
+        model_response=ModelResponse(
+            input_tokens=tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+            if tok.chat_template else tok.encode(question, add_special_tokens=False),
+            output_tokens=tok.encode(answer, add_special_tokens=False) + [tok.eos_token_id],
+        ),
+        reward=reward,
+    )
+
+
+def build_rollouts(tok, records: list[Trajectory]) -> list[Interaction]:
+    """Two-turn conversations: turn 1 answers step by step (blank lines between steps, as the
+    splitter reads them), turn 2 repeats the last two steps when asked to double-check."""
+    out = []
+    for r in records:
+        answer = "\n\n".join(r.steps)
+        first = _turn(tok, f"{r.id}/t1", r.question, answer, reward=float(r.outcome or 0.0))
+        history = [*first.messages, *first.output_message_list]
+        check = "\n\n".join(r.steps[-2:])
+        out += [first, _turn(tok, f"{r.id}/t2", f"Please double-check the end of your solution. {r.question}", check, parent=first, history=history,
+                             reward=float(r.outcome or 0.0))]
+    return out
+
+
+def _config(path: Path, mode: str, model_dir: str) -> dict:
+    data = yaml.safe_load(path.read_text())
+    cfg = copy.deepcopy(data)
+    prm = cfg["rollout"]["agent"]["prm"]
+    prm["advantage_shaping"]["mode"] = mode
+    for s in prm["scorers"]:
+        if s["path"].endswith("DistilledPRMScorer"):
+            s.setdefault("kwargs", {}).update(model=model_dir, policy_tokenizer=model_dir, for_shaping_mode=mode, device="cpu")
+    return cfg
+
+
+async def _score(cfg: dict, rollouts: list[Interaction]) -> dict[str, list[Interaction]]:
+    runner = await PRMRunner.create(load_prm_config(cfg))
+    try:
+        return await score_branches(rollouts, runner)
+    finally:
+        await runner.aclose()
+
+
+def shaped_table(model_dir: str, records: list[Trajectory], config_path: Path) -> str:
+    """Score the rollouts under each shaping mode and tabulate mean outcome vs shaped advantage."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    rollouts = build_rollouts(tok, records)
+    lines = [f"{'mode':18}{'trajectory':14}{'outcome adv':>12}{'mean token reward':>19}{'min token reward':>18}{'mean shaped adv':>17}"]
+    for mode in MODES:
+        branches = asyncio.run(_score(_config(config_path, mode, model_dir), rollouts))
+        for leaf, chain in branches.items():
+            ids = [i for turn in chain for i in turn.model_response.output_tokens]
+            rewards = torch.cat([turn.token_rewards for turn in chain])
+            adv = 1.0 if chain[0].reward > 0 else -1.0
+            advantages = torch.full((1, len(ids) + 1), adv)
+            token_rewards = torch.cat([torch.zeros(1), rewards]).unsqueeze(0)  # one prompt token in front
+            loss_mask = torch.zeros(1, len(ids) + 1, dtype=torch.bool)
+            loss_mask[0, : len(ids)] = True  # position j predicts token j + 1
+            shaped = shape_advantages(advantages, token_rewards, loss_mask, mode=mode)
+            lines.append(f"{mode:18}{leaf.split('/')[0]:14}{adv:>12.1f}{float(rewards.mean()):>19.3f}"
+                         f"{float(rewards.min()):>18.3f}{float(shaped[loss_mask].mean()):>17.3f}")
+    return "\n".join(lines)
