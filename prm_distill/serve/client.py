@@ -1,0 +1,168 @@
+"""Async HTTP client of `prm-distill serve`: the remote form of the scorer's backend seam.
+
+`await PRMClient.connect(url)` fetches the model's sidecar, so `DistilledPRMScorer(engine=client)`
+applies the same threshold and calibration as with the in-process engine. One `httpx.AsyncClient`
+keeps connections alive across calls; 503 answers (queue full, model loading) and connection
+failures are retried a bounded number of times with jittered exponential backoff, honouring
+Retry-After. Scoring is idempotent, so a retried request can never count twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import httpx
+
+from ..checkpoint import Sidecar
+from ..steps import SplitConfig
+
+Item = tuple[str, Sequence[str]]
+RETRYABLE_ERRORS = (httpx.NetworkError, httpx.ConnectTimeout, httpx.RemoteProtocolError)
+
+
+@dataclass
+class ClientConfig:
+    """Timeouts, retries and connection pool of a client."""
+
+    timeout_s: float = field(default=60.0, metadata={"help": "Longest wait for one answer (read, write, pool)."})
+    connect_timeout_s: float = field(default=5.0, metadata={"help": "Longest wait to open a connection."})
+    max_retries: int = field(default=3, metadata={"help": "Retries after a 503 or a connection failure (0: none)."})
+    backoff_s: float = field(default=0.05, metadata={"help": "First retry delay; doubles each retry (with jitter)."})
+    max_backoff_s: float = field(default=2.0, metadata={"help": "Cap on one retry delay, Retry-After included."})
+    max_connections: int = field(default=64, metadata={"help": "Connections kept open to the server (concurrent requests beyond wait for one)."})
+
+    def __post_init__(self) -> None:
+        if self.timeout_s <= 0 or self.connect_timeout_s <= 0 or self.max_retries < 0 or self.backoff_s < 0 or self.max_connections < 1:
+            raise ValueError("ClientConfig: timeouts > 0, max_retries >= 0, backoff_s >= 0 and max_connections >= 1 are required")
+
+    def http_client(self, base_url: str, headers: dict[str, str] | None = None) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            base_url=base_url,
+            headers=headers,
+            timeout=httpx.Timeout(self.timeout_s, connect=self.connect_timeout_s),
+            limits=httpx.Limits(max_connections=self.max_connections, max_keepalive_connections=self.max_connections),
+        )
+
+
+class PRMServerError(RuntimeError):
+    """The server refused or failed a request (or could not be reached); `status` is None for the latter."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _error_message(response: httpx.Response) -> str:
+    """The server's own words: `{"error": "..."}` (ours) or `{"error": {"message": ...}}` (vLLM)."""
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:500]
+    error = body.get("error", body) if isinstance(body, dict) else body
+    if isinstance(error, dict):
+        error = error.get("message", error)
+    return str(error)
+
+
+def _retry_delay(config: ClientConfig, attempt: int, response: httpx.Response | None) -> float:
+    delay = config.backoff_s * 2**attempt * random.uniform(0.5, 1.0)
+    retry_after = response.headers.get("retry-after", "") if response is not None else ""
+    if retry_after.isdigit():
+        delay = max(delay, float(retry_after))
+    return min(delay, config.max_backoff_s)
+
+
+async def request_json(
+    http: httpx.AsyncClient, config: ClientConfig, method: str, path: str, payload: Any = None
+) -> Any:
+    """The JSON answer of one request, retried on 503 and connection failures; PRMServerError otherwise."""
+    attempt = 0
+    while True:
+        response = None
+        try:
+            response = await http.request(method, path, json=payload)
+        except RETRYABLE_ERRORS as e:
+            if attempt >= config.max_retries:
+                raise PRMServerError(
+                    f"{method} {http.base_url.join(path)}: {type(e).__name__}: {e} (after {attempt + 1} attempts)"
+                ) from e
+        else:
+            if response.status_code != 503 or attempt >= config.max_retries:
+                if response.is_error:
+                    raise PRMServerError(f"{method} {path}: HTTP {response.status_code}: {_error_message(response)}", response.status_code)
+                return response.json()
+        await asyncio.sleep(_retry_delay(config, attempt, response))
+        attempt += 1
+
+
+class PRMClient:
+    """`await client.score(question, steps)` -> per-step P(good), from a `prm-distill serve` server."""
+
+    def __init__(self, base_url: str = "http://127.0.0.1:8000", *, api_key: str | None = None,
+                 config: ClientConfig | None = None) -> None:
+        self.config = config or ClientConfig()
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+        self._http = self.config.http_client(base_url, headers)
+        self.model_id: str | None = None
+        self.sidecar: Sidecar | None = None
+
+    @classmethod
+    async def connect(cls, base_url: str = "http://127.0.0.1:8000", **kwargs: Any) -> "PRMClient":
+        """A client that knows the served model's id and sidecar (retries while the model loads)."""
+        client = cls(base_url, **kwargs)
+        try:
+            info = await request_json(client._http, client.config, "GET", "/v1/model")
+        except BaseException:
+            await client.aclose()
+            raise
+        client.model_id = info["model"]
+        client.sidecar = Sidecar.from_dict(info["sidecar"], source=f"{base_url}/v1/model")
+        return client
+
+    async def score(self, question: str, steps: Sequence[str]) -> list[float]:
+        """Per-step scores of one trajectory (the scorer's backend seam)."""
+        [scores] = await self.score_batch([(question, steps)])
+        return scores
+
+    async def score_batch(self, items: Sequence[Item]) -> list[list[float]]:
+        """Per-step scores of several trajectories in one request, in order."""
+        results = await self._score([{"question": q, "steps": list(s)} for q, s in items])
+        for (_, steps), result in zip(items, results, strict=True):
+            if len(result["step_scores"]) != len(steps):
+                raise PRMServerError(f"the server returned {len(result['step_scores'])} scores for {len(steps)} steps")
+        return [result["step_scores"] for result in results]
+
+    async def score_response(self, question: str, response: str, split: SplitConfig | None = None) -> tuple[list[str], list[float]]:
+        """Let the server split a raw response with the shared splitter; (steps, scores)."""
+        item: dict[str, Any] = {"question": question, "response": response}
+        if split is not None:
+            item["split"] = asdict(split)
+        [result] = await self._score([item])
+        return result["steps"], result["step_scores"]
+
+    async def _score(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        body = await request_json(self._http, self.config, "POST", "/v1/score", {"items": items})
+        results = body.get("results") if isinstance(body, dict) else None
+        if not isinstance(results, list) or len(results) != len(items):
+            raise PRMServerError(f"malformed answer: expected {len(items)} results, got {str(body)[:200]}")
+        return results
+
+    async def health(self) -> bool:
+        """True when the server answers and its model is loaded (no retries)."""
+        try:
+            return (await self._http.get("/health")).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> "PRMClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -1,0 +1,19 @@
+"""The main job end to end on a tiny backbone (the real one runs in `make demo`)."""
+
+import json
+
+from prm_distill.cli import main
+
+
+def test_demo_generates_trains_evaluates_and_shapes(tiny_backbone, tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(["demo", "--output", str(out), "--quick", f"model.backbone={tiny_backbone}", "model.num_layers=null"]) == 0
+    printed = capsys.readouterr().out
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["n_items"] == 30 and rep["threshold_source"].startswith("checkpoint")
+    assert (out / "model" / "prm_distill.json").is_file()
+    for split in ("train", "dev", "test"):
+        assert (out / "data" / f"{split}.jsonl").is_file()
+    table = printed.split("shaped advantages per mode:")[1]
+    for mode in ("process_weighted", "gvpo", "additive"):
+        assert table.count(mode) == 2  # one correct and one wrong trajectory per mode
