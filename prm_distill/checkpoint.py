@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .atomic import atomic_open
 from .encoding import ENCODING_VERSION
 
 SIDECAR_NAME = "prm_distill.json"
@@ -52,17 +52,8 @@ class Sidecar:
 
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
     """Readers see the old file or the new one, never a half-written one."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=2, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_open(path) as f:
+        json.dump(obj, f, indent=2, sort_keys=True)
 
 
 def read_sidecar(model_dir: str | os.PathLike) -> Sidecar:

@@ -11,10 +11,11 @@ import json
 import logging
 import math
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
+
+from .atomic import atomic_open
 
 FORMATS = ("jsonl", "processbench", "prmbench")
 log = logging.getLogger("prm_distill.records")
@@ -163,19 +164,9 @@ def read_jsonl(path: str | os.PathLike) -> list[Trajectory]:
 
 def write_jsonl(records: Iterable[Trajectory], path: str | os.PathLike) -> None:
     """Write atomically: readers see the old file or the whole new one, never a torn one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for r in records:
-                f.write(json.dumps(r.to_dict(), ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_open(path) as f:
+        for r in records:
+            f.write(json.dumps(r.to_dict(), ensure_ascii=False) + "\n")
 
 
 def to_dataset(records: list[Trajectory]):
