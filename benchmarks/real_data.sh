@@ -4,6 +4,7 @@
 # and MATH with the threshold the run chose on its PRMBench dev split (fixed before ProcessBench).
 #   bash benchmarks/real_data.sh [extra train overrides...]
 set -euo pipefail
+export PYTHONUNBUFFERED=1  # progress lines reach the log as they happen
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 OUT=${OUT:-runs/prmbench}

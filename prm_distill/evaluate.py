@@ -60,7 +60,8 @@ def format_report(rep: dict) -> str:
         return "n/a" if isinstance(v, float) and math.isnan(v) else (f"{v:.3f}" if isinstance(v, float) else str(v))
 
     keys = ["n_items", "n_steps", "auroc", "step_accuracy", "ece", "mean_score", "threshold", "acc_erroneous", "acc_correct", "processbench_f1"]
-    rows = [("overall", rep)] + [(Path(k).name, v) for k, v in rep.get("files", {}).items()] if len(rep.get("files", {})) > 1 else [("overall", rep)]
+    files = rep.get("files", {})
+    rows = [("overall", rep)] + ([(Path(k).name, v) for k, v in files.items()] if len(files) > 1 else [])
     lines = ["split".ljust(16) + "".join(k.rjust(16) for k in keys)]
     for name, r in rows:
         lines.append(name[:16].ljust(16) + "".join(fmt(r[k]).rjust(16) for k in keys))
