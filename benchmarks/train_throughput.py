@@ -27,6 +27,7 @@ def main() -> None:
         "full fine-tuning": ["lora.enabled=false"],
         "LoRA r16, all layers": ["lora.enabled=true"],
         "LoRA r16, top 10 layers": ["lora.enabled=true", "lora.top_layers=10"],
+        "16 layers, LoRA top 8 (demo)": ["model.num_layers=16", "lora.enabled=true", "lora.top_layers=8"],
     }
     results = {}
     with tempfile.TemporaryDirectory() as tmp:

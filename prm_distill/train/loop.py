@@ -179,6 +179,8 @@ def train(cfg: TrainJobConfig) -> dict:
                 if accelerator.reduce(over, "max").item() > 0:
                     accelerator.print(f"time budget of {t.max_minutes} min spent at step {step}: stopping")
                     stop = True
+                    if t.save_steps and step < t.max_steps:  # rerun with a new budget to continue from here
+                        _save_state(accelerator, out, step, tokens_seen, history, t.save_total_limit)
             if step >= t.max_steps or stop:
                 break
         epoch += 1
