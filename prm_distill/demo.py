@@ -40,9 +40,12 @@ def run_demo(output: str, overrides: list[str] | None = None, quick: bool = Fals
     write_json(out / "report.json", rep)
     print("[demo] held-out test split (threshold chosen on the dev split during training):")
     print(format_report(rep))
+    from .demo_serve import serve_and_score
+    from .records import read_jsonl
+
+    print("[demo] serving: " + serve_and_score(cfg.train.output_dir, read_jsonl(data / "test.jsonl")[:6]))
     if TRAINER_PRM_CONFIG.is_file():
         from .demo_rl import shaped_table
-        from .records import read_jsonl
 
         test = read_jsonl(data / "test.jsonl")
         picked = [next(r for r in test if r.first_error == -1), next(r for r in test if r.first_error >= 1)]

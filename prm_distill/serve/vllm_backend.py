@@ -15,7 +15,7 @@ their tags too; the rows of the window's own steps are picked by position.
 From the command line, in the environment that has vLLM (see scripts/setup_vllm.sh):
 
     python -m prm_distill.serve.vllm_backend --model DIR --print-serve-command [--port 8001]
-    echo '{"items": [{"question": "...", "steps": ["..."]}]}' | python -m prm_distill.serve.vllm_backend --model DIR
+    echo '{"items": [{"question": "...", "steps": ["..."]}]}' | python -m prm_distill.serve.vllm_backend --model DIR --output scores.json
 """
 
 from __future__ import annotations
@@ -162,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m prm_distill.serve.vllm_backend", description=main.__doc__)
     parser.add_argument("--model", required=True, help="exported checkpoint folder")
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--output", default="-", help="where to write the JSON answer (vLLM logs to stdout too)")
     parser.add_argument("--repeat", type=int, default=1, help="score the items this many times (timing: the best run)")
     parser.add_argument("--print-serve-command", action="store_true", help="print the `vllm serve` command and exit")
     parser.add_argument("--host", default="127.0.0.1", help="with --print-serve-command")
@@ -178,8 +179,11 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         scores = engine.score(items)
         best = min(best, time.perf_counter() - start)
-    json.dump({"scores": scores, "seconds": best, "model": engine.model_id}, sys.stdout)
-    print()
+    answer = json.dumps({"scores": scores, "seconds": best, "model": engine.model_id})
+    if args.output == "-":
+        print(answer)
+    else:
+        Path(args.output).write_text(answer + "\n", encoding="utf-8")
     return 0
 
 
