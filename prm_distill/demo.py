@@ -14,6 +14,29 @@ DEMO_CONFIG = Path(__file__).with_name("demo.yaml")
 TRAINER_PRM_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "trainer_prm.yaml"
 
 
+def label_train_split(records: list, out: Path, n_judged: int) -> list:
+    """Relabel the training split as a user would: the offline default judge (SmolLM2, first_error
+    mode, constrained verdict, 3 votes) with the arithmetic verifier on a sample, the verifier with
+    answer anchoring on the rest; the labels by construction are kept aside to measure agreement."""
+    from .labeling import LabelJobConfig, label_records
+    from .labeling.config import AnchorConfig, JudgeConfig, VerifierConfig
+
+    t0 = time.time()
+    anchor = AnchorConfig(enabled=True, rules=["drop_wrong_all_good", "zero_last_step_if_wrong"])
+    judged = label_records(records[:n_judged], LabelJobConfig(
+        mode="first_error", votes=3, verifier=VerifierConfig(enabled=True), anchor=anchor, progress=False,
+        judge=JudgeConfig(backend="local", model="smollm2", verdict="constrained")), cache_path=out / "label_cache.jsonl")
+    bulk = label_records(records[n_judged:], LabelJobConfig(verifier=VerifierConfig(alone=True), anchor=anchor, progress=False))
+    labelled = judged + bulk
+    truth = {r.id: r.labels for r in records}
+    pairs = [(a, b) for r in labelled for a, b in zip(r.labels or [], truth[r.id]) if a is not None and b is not None]
+    agree = sum((a >= 0.5) == (b >= 0.5) for a, b in pairs) / max(len(pairs), 1)
+    print(f"[demo] labelled {len(records)} training rollouts in {time.time() - t0:.0f}s: SmolLM2 judge + arithmetic verifier on "
+          f"{n_judged}, verifier + answer anchoring on the rest; {len(labelled)} kept, {len(pairs)} supervised steps, "
+          f"agreement with the construction labels {agree:.3f}")
+    return labelled
+
+
 def run_demo(output: str, overrides: list[str] | None = None, quick: bool = False) -> int:
     from .cli import write_json
     from .evaluate import evaluate_files, format_report
@@ -24,9 +47,11 @@ def run_demo(output: str, overrides: list[str] | None = None, quick: bool = Fals
     out = Path(output)
     data = out / "data"
     sizes = {"train": 1600, "dev": 150, "test": 300} if not quick else {"train": 60, "dev": 20, "test": 30}
-    for seed, (split, n) in enumerate(sizes.items()):
-        write_jsonl(generate(SyntheticConfig(n=n, seed=1000 + seed, id_prefix=split)), data / f"{split}.jsonl")
-    print(f"[demo] generated {sizes} arithmetic trajectories in {data}")
+    splits = {split: generate(SyntheticConfig(n=n, seed=1000 + seed, id_prefix=split)) for seed, (split, n) in enumerate(sizes.items())}
+    print(f"[demo] generated {sizes} arithmetic trajectories (dev and test keep their labels by construction)")
+    splits["train"] = label_train_split(splits["train"], out, n_judged=4 if quick else 48)
+    for split, records in splits.items():
+        write_jsonl(records, data / f"{split}.jsonl")
 
     extra = [f"data.train=[{data / 'train.jsonl'}]", f"data.dev=[{data / 'dev.jsonl'}]", f"train.output_dir={out / 'model'}"]
     if quick:

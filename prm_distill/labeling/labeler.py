@@ -1,0 +1,212 @@
+"""Turn trajectories into labelled records: prompts -> requests (cached) -> parsed votes -> labels.
+
+Work is organised in rounds: round 0 asks every vote once; a vote whose answer was invalid is
+re-asked in the next round with a new seed, up to `max_invalid_retries` times. Every answer goes
+through the response cache first, so a resumed job replays answered votes for free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..records import Trajectory
+from .cache import ResponseCache, cache_key
+from .config import JudgeConfig, LabelJobConfig
+from .judges import arithmetic
+from .judges.base import Completion, Interrupted, Judge, JudgeUnavailable, Request
+from .negatives import hard_negatives
+from .parse import parse_first_error, parse_score, parse_trajectory
+from .prompts import Prompt, prompt_version, prompts_for
+from .verify import anchor
+from .votes import aggregate_step
+
+
+def rollout_of(r: Trajectory) -> Trajectory:
+    """The unlabelled rollout the judges see; labels it already had are kept as metadata.input_labels
+    (to measure the judge against them), never shown to a judge."""
+    meta = dict(r.metadata)
+    if r.labels is not None:
+        meta["input_labels"] = list(r.labels)
+    return Trajectory(id=r.id, question=r.question, steps=list(r.steps), outcome=r.outcome, metadata=meta)
+
+
+@dataclass
+class _Unit:
+    """One vote of one judge on one prompt: fills `got` (step -> vote) from the first valid answer(s)."""
+
+    judge: int
+    record: int
+    prompt: Prompt
+    vote: int
+    steps: list[int]
+    got: dict[int, float] = field(default_factory=dict)
+    done: bool = False
+
+
+@dataclass
+class _Cost:
+    answers: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    latency_s: float = 0.0
+    valid: int = 0
+    invalid: int = 0
+
+
+@dataclass
+class RunStats:
+    """What this process paid: fresh requests (latencies kept for percentiles) and cache hits."""
+
+    sent: int = 0
+    cache_hits: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    latencies: list[float] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+
+
+class Labeler:
+    """Labels batches of trajectories with the configured judges (and verifier)."""
+
+    def __init__(self, cfg: LabelJobConfig, judges: list[Judge], cache: ResponseCache,
+                 on_answer: Callable[[int, Completion], None] | None = None):
+        self.cfg, self.judges, self.cache = cfg, judges, cache
+        self.judge_cfgs: list[JudgeConfig] = cfg.all_judges()
+        self.stats = RunStats()
+        self.on_answer = on_answer  # (steps covered, completion) -> progress bar
+        per_step = cfg.votes * len(self.judge_cfgs) + int(cfg.verifier.active)  # most votes a step can get
+        self.min_valid = min(cfg.min_valid_votes, per_step)
+
+    def _request(self, u: _Unit, attempt: int, n_steps: int) -> Request:
+        jc = self.judge_cfgs[u.judge]
+        max_tokens = min(jc.max_tokens * n_steps, 4 * jc.max_tokens) if self.cfg.mode == "trajectory" else jc.max_tokens
+        return Request(u.prompt, jc.seed + u.vote + 1000 * attempt, jc.temperature, max_tokens)
+
+    def _apply(self, u: _Unit, c: Completion, n_steps: int, cost: _Cost, first_round: bool) -> None:
+        cost.answers += 1
+        cost.tokens_in += c.tokens_in
+        cost.tokens_out += c.tokens_out
+        cost.latency_s += c.latency_s
+        if first_round and self.on_answer:
+            self.on_answer(len(u.steps), c)
+        mode = self.cfg.mode
+        if mode == "prefix":
+            v = parse_score(c.text)
+            if v is None:
+                cost.invalid += 1
+            else:
+                cost.valid += 1
+                u.got[u.steps[0]] = v
+        elif mode == "trajectory":
+            vals = parse_trajectory(c.text, n_steps)
+            for k in u.steps:
+                if k in u.got:
+                    continue
+                if vals[k] is None:
+                    cost.invalid += 1
+                else:
+                    cost.valid += 1
+                    u.got[k] = vals[k]
+        else:
+            e = parse_first_error(c.text, n_steps)
+            if e is None:
+                cost.invalid += 1
+            else:
+                cost.valid += 1
+                u.got = {k: 1.0 for k in range(n_steps if e < 0 else e)} | ({} if e < 0 else {e: 0.0})
+                u.done = True
+        u.done = u.done or all(k in u.got for k in u.steps)
+
+    async def _round(self, units: list[_Unit], records: list[Trajectory], costs: list[_Cost], attempt: int, stop: asyncio.Event) -> None:
+        fresh: dict[int, list[tuple[_Unit, Request, str]]] = {}
+        for u in units:
+            n = len(records[u.record].steps)
+            req = self._request(u, attempt, n)
+            key = cache_key(self.judge_cfgs[u.judge].name, req, u.vote)
+            hit = self.cache.get(key)
+            if hit is not None:
+                self.stats.cache_hits += 1
+                self._apply(u, hit, n, costs[u.record], attempt == 0)
+            else:
+                fresh.setdefault(u.judge, []).append((u, req, key))
+
+        async def run(j: int, items: list[tuple[_Unit, Request, str]]) -> None:
+            async for i, c in self.judges[j].stream([r for _, r, _ in items], stop):
+                u, _, key = items[i]
+                self.cache.put(key, c)
+                self.stats.sent += 1
+                self.stats.tokens_in += c.tokens_in
+                self.stats.tokens_out += c.tokens_out
+                self.stats.latencies.append(c.latency_s)
+                self._apply(u, c, len(records[u.record].steps), costs[u.record], attempt == 0)
+
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for j, items in fresh.items():
+                    tg.create_task(run(j, items))
+        except BaseExceptionGroup as eg:  # surface the judge's own error, not the group
+            for kind in (JudgeUnavailable, Interrupted):
+                if (sub := eg.subgroup(kind)) is not None:
+                    raise sub.exceptions[0] from None
+            raise
+
+    async def label(self, records: list[Trajectory], stop: asyncio.Event) -> list[Trajectory]:
+        """Labelled copies of `records` (plus hard negatives, minus records dropped by anchoring)."""
+        units = [
+            _Unit(j, ri, p, v, [p.step] if p.step is not None else list(range(len(r.steps))))
+            for ri, r in enumerate(records)
+            for j in range(len(self.judge_cfgs))
+            for v in range(self.cfg.votes)
+            for p in prompts_for(self.cfg.mode, r.question, r.steps)
+        ]
+        costs = [_Cost() for _ in records]
+        for attempt in range(self.cfg.max_invalid_retries + 1):
+            pending = [u for u in units if not u.done]
+            if not pending:
+                break
+            await self._round(pending, records, costs, attempt, stop)
+        out = []
+        for ri, r in enumerate(records):
+            labelled = self._finish(r, [u for u in units if u.record == ri], costs[ri])
+            if self.cfg.anchor.enabled:
+                labelled, _ = anchor(labelled, self.cfg.anchor)
+                if labelled is None:
+                    self.stats.dropped.append(r.id)
+                    continue
+            out.append(labelled)
+            out.extend(hard_negatives(labelled, self.cfg.negatives))
+        return out
+
+    def _finish(self, r: Trajectory, units: list[_Unit], cost: _Cost) -> Trajectory:
+        names = [jc.name for jc in self.judge_cfgs]
+        use_verifier = self.cfg.verifier.active
+        voters = names + ([arithmetic.NAME] if use_verifier else [])
+        checks = arithmetic.verify_steps(r.steps) if use_verifier else [None] * len(r.steps)
+        steps = []
+        for k in range(len(r.steps)):
+            by_judge = {name: [] for name in names}
+            for u in sorted(units, key=lambda u: u.vote):
+                if k in u.got:
+                    by_judge[names[u.judge]].append(u.got[k])
+            if checks[k] is not None:
+                by_judge[arithmetic.NAME] = [checks[k]]
+            veto = self.cfg.verifier.veto and checks[k] == 0.0
+            steps.append(aggregate_step(by_judge, self.min_valid, veto))
+        judge = {
+            "mode": self.cfg.mode if names else "verifier",
+            "prompt_version": prompt_version(self.cfg.mode) if names else None,
+            "judges": voters,
+            "votes_per_judge": self.cfg.votes,
+            "min_valid_votes": self.min_valid,
+            "by_judge": {n: [st.by_judge.get(n, []) for st in steps] for n in voters},
+            "agreement": [st.agreement for st in steps],
+            "vetoed_steps": [k for k, st in enumerate(steps) if st.vetoed],
+            "valid_votes": cost.valid, "invalid_votes": cost.invalid,
+            "answers": cost.answers, "tokens_in": cost.tokens_in, "tokens_out": cost.tokens_out,
+            "latency_s": round(cost.latency_s, 4),
+        }
+        return Trajectory(id=r.id, question=r.question, steps=list(r.steps), labels=[st.label for st in steps],
+                          votes=[st.votes for st in steps], judge=judge, outcome=r.outcome, metadata=dict(r.metadata))
+
