@@ -1,5 +1,6 @@
 """What the distilled scorer costs an RL rollout loop: per-turn overhead and turns/s with 64
-concurrent sessions, in-process (engine behind the dynamic batcher), against the bare engine.
+concurrent sessions, in-process (engine behind the dynamic batcher) and over HTTP (the server on
+127.0.0.1 with the async client as the scorer's backend), against the bare engine.
 
 Figures per model: the bare engine scoring every turn in one batched call (the floor) and one
 turn per call (no batching); the alignment alone (decode the policy tokens with offsets, split,
@@ -80,6 +81,31 @@ async def scorer_wall(config: dict, branches: list[list[Interaction]]) -> float:
         await runner.aclose()
 
 
+async def scorer_wall_http(url: str, checkpoint: Path, branches: list[list[Interaction]]) -> float:
+    """The same sessions with the scorer's backend being the HTTP server (PRMClient)."""
+    from prm_distill.scorer import DistilledPRMScorer
+    from prm_distill.serve import PRMClient
+
+    client = await PRMClient.connect(url)
+    scorer = DistilledPRMScorer(engine=client, policy_tokenizer=str(checkpoint))
+    try:
+        return await scorer_wall({"rollout": {"agent": {"prm": {"scorers": [scorer]}}}}, branches)
+    finally:
+        await scorer.aclose()
+        await client.aclose()
+
+
+def http_wall(checkpoint: Path, branches: list[list[Interaction]], args: argparse.Namespace) -> float:
+    import httpx
+
+    from prm_distill.serve.server import BackgroundServer, ServerConfig
+
+    with BackgroundServer(ServerConfig(model=str(checkpoint), port=0, max_wait_ms=args.max_wait_ms)) as server:
+        while httpx.get(server.url + "/health").status_code != 200:
+            time.sleep(0.1)
+        return asyncio.run(scorer_wall_http(server.url, checkpoint, branches))
+
+
 def bench(name: str, checkpoint: Path, args: argparse.Namespace) -> None:
     engine = PRMEngine.from_checkpoint(checkpoint, device=args.device)
     branches = sessions(engine.tokenizer, args.sessions, args.turns, args.steps)
@@ -101,6 +127,7 @@ def bench(name: str, checkpoint: Path, args: argparse.Namespace) -> None:
 
     alignment = timed(lambda: [align(turn) for turn in turns])
     wall = asyncio.run(scorer_wall(config, branches))
+    wall_http = http_wall(checkpoint, branches, args)
 
     n = len(turns)
     tokens = sum(turn.model_response.output_len for turn in turns) / n
@@ -110,6 +137,8 @@ def bench(name: str, checkpoint: Path, args: argparse.Namespace) -> None:
     print(f"  bare engine, one turn per call       {1000 * unbatched / n:8.2f} ms/turn {n / unbatched:9.1f} turns/s")
     print(f"  alignment only (decode, split, map)  {1000 * alignment / n:8.2f} ms/turn")
     print(f"  DistilledPRMScorer via PRMRunner     {1000 * wall / n:8.2f} ms/turn {n / wall:9.1f} turns/s")
+    print(f"  DistilledPRMScorer over HTTP         {1000 * wall_http / n:8.2f} ms/turn {n / wall_http:9.1f} turns/s "
+          f"(server on 127.0.0.1, same process; {wall_http / wall:.2f}x the in-process time)")
     print(f"  scorer overhead over the batched engine: {1000 * (wall - batched) / n:.2f} ms/turn "
           f"({wall / batched:.2f}x); speed-up over unbatched scoring: {unbatched / wall:.2f}x")
 

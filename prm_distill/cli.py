@@ -126,7 +126,7 @@ def cmd_label(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
-    return run_demo(args.output, args.overrides, quick=args.quick)
+    return run_demo(args.output, args.overrides, quick=args.quick, train_labels=args.train_labels)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -179,6 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="the main job on embedded defaults: generate data, distil, evaluate")
     d.add_argument("--output", default="runs/demo", help="working folder")
     d.add_argument("--quick", action="store_true", help="a tiny budget (smoke run)")
+    d.add_argument("--train-labels", choices=("construction", "judge"), default="construction",
+                   help="distil from the labels by construction (a perfect judge) or from the offline judges' labels")
     d.add_argument("overrides", nargs="*", help="train config overrides, e.g. train.max_steps=20")
     d.set_defaults(func=cmd_demo)
     return p

@@ -14,6 +14,7 @@ def test_demo_generates_trains_evaluates_and_shapes(tiny_backbone, tmp_path, cap
     assert (out / "model" / "prm_distill.json").is_file()
     for split in ("train", "dev", "test"):
         assert (out / "data" / f"{split}.jsonl").is_file()
+    assert (out / "data" / "train.judge.jsonl").is_file()
     assert "labelled 60 training rollouts" in printed and "agreement with the construction labels" in printed
     assert "6 trajectories scored over HTTP" in printed and "latency per request: p50" in printed
     table = printed.split("shaped advantages per mode:")[1]
