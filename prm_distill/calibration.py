@@ -1,0 +1,244 @@
+"""Post-hoc calibration of P(good): fit, apply, and store it in a checkpoint's sidecar.
+
+One module for the one job, so the engine, the HTTP server, the RL scorer and `recalibrate` map a
+raw score to a calibrated one identically. Two methods, both monotone (rankings and AUROC are
+unchanged; only the probabilities move):
+
+- `temperature`: P = sigmoid(logit(p) / T), params `{"temperature": T}`. One parameter, hard to
+  overfit; fitted by minimising the binary cross-entropy against the (soft) labels.
+- `isotonic`: a non-decreasing step-wise-linear map, params `{"x": [...], "y": [...]}` (scikit-learn's
+  breakpoints; applied by linear interpolation, clipped at the ends). Fits any monotone distortion,
+  needs more data.
+
+A sidecar calibration is a dict `{"method", "params", "version", ...}`; `version` goes up by one on
+every write, so a reader can tell a new calibration from the one it has.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import math
+import os
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+METHODS = ("temperature", "isotonic")
+_EPS = 1e-6  # probabilities are clipped to [eps, 1 - eps] before taking logits
+
+
+class CalibrationError(ValueError):
+    """A calibration cannot be fitted, or a stored one is malformed."""
+
+
+def validate(calibration: Mapping[str, Any] | None, source: str = "calibration") -> None:
+    """Raise CalibrationError unless `calibration` is None or a usable stored calibration."""
+    if calibration is None:
+        return
+    if not isinstance(calibration, Mapping):
+        raise CalibrationError(f"{source}: expected an object, got {calibration!r}")
+    method, params = calibration.get("method"), calibration.get("params")
+    if method not in METHODS:
+        raise CalibrationError(f"{source}: method {method!r} is not one of {'|'.join(METHODS)}")
+    if not isinstance(params, Mapping):
+        raise CalibrationError(f"{source}: params must be an object, got {params!r}")
+    if method == "temperature":
+        t = params.get("temperature")
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < math.inf:
+            raise CalibrationError(f"{source}: params.temperature must be a finite number > 0, got {t!r}")
+        return
+    x, y = params.get("x"), params.get("y")
+    if not isinstance(x, list) or not isinstance(y, list) or len(x) != len(y) or len(x) < 1:
+        raise CalibrationError(f"{source}: isotonic params need lists x and y of equal, non-zero length")
+    xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if not (np.isfinite(xa).all() and np.isfinite(ya).all()):
+        raise CalibrationError(f"{source}: isotonic x and y must be finite numbers")
+    if (np.diff(xa) < 0).any() or (np.diff(ya) < 0).any():
+        raise CalibrationError(f"{source}: isotonic x and y must be non-decreasing")
+    if ya.min() < 0 or ya.max() > 1:
+        raise CalibrationError(f"{source}: isotonic y must lie in [0, 1]")
+
+
+def apply(probs: Any, calibration: Mapping[str, Any] | None) -> np.ndarray:
+    """Calibrated probabilities (float64 array of the input's shape); None means no calibration."""
+    p = np.asarray(probs, dtype=np.float64)
+    if calibration is None:
+        return p
+    params = calibration["params"]
+    if calibration["method"] == "temperature":
+        z = _logit(p)
+        return 1.0 / (1.0 + np.exp(-z / float(params["temperature"])))
+    return np.interp(p, np.asarray(params["x"], dtype=float), np.asarray(params["y"], dtype=float))
+
+
+def _logit(p: np.ndarray) -> np.ndarray:
+    p = np.clip(p, _EPS, 1 - _EPS)
+    return np.log(p) - np.log1p(-p)
+
+
+def _as_arrays(probs: Sequence[float], labels: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    p, y = np.asarray(probs, dtype=np.float64), np.asarray(labels, dtype=np.float64)
+    if p.shape != y.shape or p.ndim != 1:
+        raise CalibrationError(f"probs and labels must be 1-d and the same length, got {p.shape} and {y.shape}")
+    if p.size < 2:
+        raise CalibrationError(f"need at least 2 labelled steps to fit a calibration, got {p.size}")
+    if not (np.isfinite(p).all() and ((p >= 0) & (p <= 1)).all()):
+        raise CalibrationError("probs must be finite and in [0, 1]")
+    if not (((y >= 0) & (y <= 1)).all()):
+        raise CalibrationError("labels must be in [0, 1]")
+    return p, y
+
+
+def fit_temperature(probs: Sequence[float], labels: Sequence[float]) -> float:
+    """The T > 0 minimising the cross-entropy of sigmoid(logit(p) / T) against the labels.
+
+    Convex in w = 1/T (a logistic regression through the origin on z = logit(p)): Newton's method
+    from w = 1. Scores that rank bad steps above good ones have no positive optimum and are refused.
+    """
+    p, y = _as_arrays(probs, labels)
+    z = _logit(p)
+    if not np.any(z * (y - 0.5)):
+        raise CalibrationError("the scores carry no information about the labels; no temperature fits")
+    w = 1.0
+    for _ in range(100):
+        q = 1.0 / (1.0 + np.exp(-w * z))
+        grad = float(np.sum((q - y) * z))
+        hess = float(np.sum(q * (1 - q) * z * z)) + 1e-12
+        step = grad / hess
+        # Newton on a convex 1-d loss; halve the step while it would cross w <= 0.
+        while w - step <= 0:
+            step /= 2
+        w -= step
+        if abs(step) < 1e-10 * max(1.0, w):
+            break
+        if w < 1e-4:
+            raise CalibrationError("the scores rank bad steps above good ones; no positive temperature fits")
+    return 1.0 / w
+
+
+def fit_isotonic(probs: Sequence[float], labels: Sequence[float]) -> dict[str, list[float]]:
+    """Breakpoints {x, y} of the isotonic regression of labels on probs."""
+    from sklearn.isotonic import IsotonicRegression
+
+    p, y = _as_arrays(probs, labels)
+    iso = IsotonicRegression(y_min=0.0, y_max=1.0, increasing=True, out_of_bounds="clip").fit(p, y)
+    return {"x": [float(v) for v in iso.X_thresholds_], "y": [float(v) for v in iso.y_thresholds_]}
+
+
+def fit(method: str, probs: Sequence[float], labels: Sequence[float]) -> dict[str, Any]:
+    """A calibration dict (method, params) fitted on these steps."""
+    if method == "temperature":
+        params: dict[str, Any] = {"temperature": fit_temperature(probs, labels)}
+    elif method == "isotonic":
+        params = fit_isotonic(probs, labels)
+    else:
+        raise CalibrationError(f"unknown calibration method {method!r} (choose {'|'.join(METHODS)})")
+    return {"method": method, "params": params, "n_fit_steps": len(probs)}
+
+
+# -- stored in the sidecar ---------------------------------------------------------------------------
+
+
+def write_calibration(model_dir: str | os.PathLike, calibration: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """Store a calibration (None removes it) in the model's sidecar with the next version number.
+
+    Read-modify-write under an exclusive lock on `prm_distill.json.lock`, so two writers never lose
+    each other's version; the file itself is replaced atomically, so readers (engines reloading
+    the calibration) see the old sidecar or the new one, never a half-written one.
+    """
+    from .checkpoint import SIDECAR_NAME, read_sidecar, write_sidecar
+
+    validate(calibration)
+    lock_path = Path(model_dir) / f"{SIDECAR_NAME}.lock"
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            sidecar = read_sidecar(model_dir)
+            previous = sidecar_version(sidecar)
+            if calibration is None:
+                stored = None
+                sidecar.training = {**sidecar.training, "calibration_removed_version": int(previous) + 1}
+            else:
+                stored = {
+                    **dict(calibration),
+                    "version": int(previous) + 1,
+                    "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                }
+            sidecar.calibration = stored
+            write_sidecar(model_dir, sidecar)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return stored
+
+
+def sidecar_version(sidecar: Any) -> int:
+    """The calibration version of a sidecar: that of its calibration, or of the last removal, or 0."""
+    if sidecar.calibration:
+        return int(sidecar.calibration.get("version", 0))
+    return int(sidecar.training.get("calibration_removed_version", 0))
+
+
+class CalibrationWatch:
+    """The current calibration of a checkpoint folder, re-read when its sidecar file changes.
+
+    `current()` costs one `os.stat` per call, so a server can call it on every batch: a new
+    calibration written by `recalibrate --adopt` is in use from the next batch, without a restart.
+    A sidecar that cannot be read (mid-replacement on an odd filesystem, or broken by hand) keeps
+    the last good calibration and records the error in `last_error`.
+    """
+
+    def __init__(self, model_dir: str | os.PathLike, initial: Mapping[str, Any] | None = None) -> None:
+        from .checkpoint import SIDECAR_NAME
+
+        self.path = Path(model_dir) / SIDECAR_NAME
+        self.model_dir = Path(model_dir)
+        self._stamp: tuple[int, int, int] | None = None
+        self._calibration: dict[str, Any] | None = dict(initial) if initial else None
+        self.last_error: str | None = None
+        self.current()
+
+    def current(self) -> dict[str, Any] | None:
+        from .checkpoint import read_sidecar
+
+        try:
+            st = os.stat(self.path)
+        except OSError as e:
+            self.last_error = f"{self.path}: {e.strerror}"
+            return self._calibration
+        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+        if stamp != self._stamp:
+            try:
+                sidecar = read_sidecar(self.model_dir)
+                validate(sidecar.calibration, str(self.path))
+            except ValueError as e:
+                self.last_error = str(e)
+                return self._calibration
+            self._stamp, self._calibration, self.last_error = stamp, sidecar.calibration, None
+        return self._calibration
+
+
+def describe(calibration: Mapping[str, Any] | None) -> str:
+    """A one-line human description, for logs and reports."""
+    if calibration is None:
+        return "none"
+    if calibration["method"] == "temperature":
+        return f"temperature T={calibration['params']['temperature']:.4g} (v{calibration.get('version', '?')})"
+    return f"isotonic, {len(calibration['params']['x'])} breakpoints (v{calibration.get('version', '?')})"
+
+
+__all__ = [
+    "METHODS",
+    "CalibrationError",
+    "CalibrationWatch",
+    "apply",
+    "describe",
+    "fit",
+    "fit_isotonic",
+    "fit_temperature",
+    "sidecar_version",
+    "validate",
+    "write_calibration",
+]
