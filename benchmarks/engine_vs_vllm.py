@@ -55,7 +55,9 @@ def engine_run(model: Path, items, repeat: int) -> tuple[float, list[list[float]
 
 def vllm_run(model: Path, items, repeat: int, threads: int, python: Path) -> tuple[float, list[list[float]]]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-           "OMP_NUM_THREADS": str(threads)}
+           "OMP_NUM_THREADS": str(threads),
+           # vLLM binds its OpenMP threads to every core of the node unless told which ones.
+           "VLLM_CPU_OMP_THREADS_BIND": f"0-{threads - 1}" if threads > 1 else "0"}
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "scores.json"
         done = subprocess.run(

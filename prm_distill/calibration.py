@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 METHODS = ("temperature", "isotonic")
-_EPS = 1e-6  # probabilities are clipped to [eps, 1 - eps] before taking logits
+_EPS = 1e-12  # probabilities are clipped to [eps, 1 - eps] before taking logits (float64)
 
 
 class CalibrationError(ValueError):
@@ -174,6 +174,11 @@ def write_calibration(model_dir: str | os.PathLike, calibration: Mapping[str, An
     return stored
 
 
+def version_of(calibration: Mapping[str, Any] | None) -> int:
+    """The version of a stored calibration; 0 for none."""
+    return int(calibration.get("version", 0)) if calibration else 0
+
+
 def sidecar_version(sidecar: Any) -> int:
     """The calibration version of a sidecar: that of its calibration, or of the last removal, or 0."""
     if sidecar.calibration:
@@ -240,5 +245,6 @@ __all__ = [
     "fit_temperature",
     "sidecar_version",
     "validate",
+    "version_of",
     "write_calibration",
 ]

@@ -22,8 +22,10 @@ configured mode would misread (signed or fail_only under process_weighted, prob 
 - `threshold`: on the calibrated P(good). Default: the checkpoint's threshold (chosen on
   uncalibrated dev scores) passed through the same calibration, so its decisions do not change;
   else 0.5.
-- Calibration: the sidecar's `{"method": "temperature", "params": {"temperature": T}}` gives
-  P = sigmoid(logit(p) / T); other methods are refused at start-up (`calibrate: false` uses raw p).
+- Calibration: the checkpoint's current calibration (temperature or isotonic, `prm_distill.calibration`),
+  re-read when `recalibrate --adopt` changes it, so a running trainer picks it up without a restart
+  (in-process: from the sidecar file; over HTTP: from the server). A malformed calibration is
+  refused at start-up; `calibrate: false` uses raw p.
 - `context`: `question` = the last user message of the turn's prompt; `conversation` = the turn's
   whole prompt (`interaction.messages`: the earlier turns, never the later ones the branch's
   `ctx["messages"]` also holds) rendered as "role: text" blocks, system messages left out.
@@ -48,12 +50,13 @@ import asyncio
 import inspect
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 
+from prm_distill import calibration
 from prm_distill.checkpoint import Sidecar
 from prm_distill.scorer.alignment import assign_tokens_to_steps, decode_with_offsets
 from prm_distill.scorer.contract import BaseScorer, BaseTrajectoryScorer, PRMMetricObservation, PRMScorerResult
@@ -71,7 +74,6 @@ TRANSFORMS = ("prob", "signed", "fail_only")
 PLACEMENTS = ("spread", "step_end")
 CONTEXTS = ("question", "conversation")
 EMPTY_RESPONSE_RULES = ("reject", "zero")
-_LOGIT_EPS = 1e-12
 
 
 class ScoringBackend(Protocol):
@@ -92,22 +94,6 @@ def _choice(name: str, value: Any, allowed: Sequence[str]) -> str:
     if value not in allowed:
         raise ValueError(f"{name} must be one of {'|'.join(allowed)}, got {value!r}")
     return value
-
-
-def _temperature(calibration: Mapping[str, Any] | None) -> float | None:
-    """The temperature of a sidecar calibration, or None for raw scores."""
-    if calibration is None:
-        return None
-    method = calibration.get("method")
-    if method != "temperature":
-        raise ValueError(
-            f"checkpoint calibration method {method!r} is not supported (supported: temperature); "
-            "set calibrate: false to score with uncalibrated probabilities"
-        )
-    temperature = (calibration.get("params") or {}).get("temperature")
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 < temperature < math.inf:
-        raise ValueError(f"checkpoint temperature calibration needs a finite temperature > 0, got {temperature!r}")
-    return float(temperature)
 
 
 def _message_text(message: Mapping[str, Any]) -> str:
@@ -198,14 +184,30 @@ class _DistilledPRM:
             )
             self._backend: ScoringBackend = self._owned
             sidecar: Sidecar | None = prm.sidecar
+            source = getattr(prm, "calibration", None)
         else:
             self._backend = engine  # type: ignore[assignment]
             sidecar = getattr(engine, "sidecar", None)
-        self.temperature = _temperature(sidecar.calibration if sidecar and calibrate else None)
-        if threshold is None:
-            raw = sidecar.threshold if sidecar and sidecar.threshold is not None else 0.5
-            threshold = float(self._calibrate(torch.tensor([raw], dtype=torch.float64))[0])
-        self.threshold = float(threshold)
+            source = getattr(engine, "calibration", None)
+        fixed = sidecar.calibration if sidecar else None
+        self._calibration_source: Callable[[], Mapping[str, Any] | None] = (
+            (lambda: None) if not calibrate else source if callable(source) else (lambda: fixed)
+        )
+        calibration.validate(self._calibration_source(), f"{self.name}: checkpoint calibration")
+        self._given_threshold = None if threshold is None else float(threshold)
+        self._raw_threshold = sidecar.threshold if sidecar and sidecar.threshold is not None else 0.5
+
+    @property
+    def threshold(self) -> float:
+        """The failing-step threshold on calibrated P(good), under the calibration in force now."""
+        return self._threshold_under(self._calibration_source())
+
+    def _threshold_under(self, cal: Mapping[str, Any] | None) -> float:
+        # The checkpoint's threshold was chosen on raw dev scores: map it like the scores, so a new
+        # calibration moves scores and threshold together and no decision changes.
+        if self._given_threshold is not None:
+            return self._given_threshold
+        return float(calibration.apply([self._raw_threshold], cal)[0])
 
     def validate_prm_config(self, config: Any, *, training_enabled: bool) -> None:
         """Refuse a transform whose values the configured shaping mode would misread."""
@@ -269,8 +271,9 @@ class _DistilledPRM:
         # Decoding is CPU work proportional to the response: keep it off the event loop.
         return await asyncio.to_thread(lambda: [self._prepare(interaction) for interaction in interactions])
 
-    async def _score_steps(self, question: str, steps: list[str]) -> torch.Tensor:
-        """Calibrated P(good) per step (float64), or an error: never a made-up score."""
+    async def _score_steps(self, question: str, steps: list[str]) -> tuple[torch.Tensor, float]:
+        """Calibrated P(good) per step (float64) and the threshold under the same calibration, or
+        an error: never a made-up score."""
         if self._closed:
             raise RuntimeError(f"{self.name} is closed")
         try:
@@ -280,21 +283,17 @@ class _DistilledPRM:
         probs = torch.tensor(list(scores), dtype=torch.float64)
         if probs.shape != (len(steps),) or not ((probs >= 0) & (probs <= 1)).all():
             raise ValueError(f"{self.name}: the PRM returned {list(scores)!r} for {len(steps)} steps")
-        return self._calibrate(probs)
+        cal = self._calibration_source()
+        return torch.from_numpy(calibration.apply(probs.numpy(), cal)), self._threshold_under(cal)
 
-    def _calibrate(self, probs: torch.Tensor) -> torch.Tensor:
-        if self.temperature is None:
-            return probs
-        return torch.sigmoid(torch.logit(probs, eps=_LOGIT_EPS) / self.temperature)
-
-    def _place(self, turn: _PreparedTurn, probs: torch.Tensor) -> torch.Tensor:
+    def _place(self, turn: _PreparedTurn, probs: torch.Tensor, threshold: float) -> torch.Tensor:
         """Per-token float32 rewards from per-step probabilities."""
         if self.transform == "prob":
             values = probs
         elif self.transform == "signed":
             values = 2.0 * probs - 1.0
         else:
-            values = torch.where(probs < self.threshold, -1.0, 0.0).to(torch.float64)
+            values = torch.where(probs < threshold, -1.0, 0.0).to(torch.float64)
         token_steps = torch.tensor(turn.token_steps, dtype=torch.long)
         if self.placement == "spread":
             return values[token_steps].to(torch.float32)
@@ -304,7 +303,7 @@ class _DistilledPRM:
             rewards[i] = float(values[step])
         return rewards
 
-    def _observations(self, interaction: Any, probs: torch.Tensor) -> tuple[PRMMetricObservation, ...]:
+    def _observations(self, interaction: Any, probs: torch.Tensor, threshold: float) -> tuple[PRMMetricObservation, ...]:
         target = interaction.interaction_id
         return (
             PRMMetricObservation(
@@ -313,7 +312,7 @@ class _DistilledPRM:
             ),
             PRMMetricObservation(
                 metric_id="first_failing_step_found", scope="turn", target_id=target,
-                value=bool((probs < self.threshold).any()), value_type="boolean", aggregations=("count", "rate"),
+                value=bool((probs < threshold).any()), value_type="boolean", aggregations=("count", "rate"),
             ),
         )
 
@@ -331,8 +330,9 @@ class DistilledPRMScorer(_DistilledPRM, BaseScorer):
         [turn] = await self._prepare_all([interaction])
         if turn is None:
             return PRMScorerResult(reward=0.0)
-        probs = await self._score_steps(self._question(interaction), turn.steps)
-        return PRMScorerResult(reward=self._place(turn, probs), observations=self._observations(interaction, probs))
+        probs, threshold = await self._score_steps(self._question(interaction), turn.steps)
+        return PRMScorerResult(reward=self._place(turn, probs, threshold),
+                               observations=self._observations(interaction, probs, threshold))
 
 
 class DistilledPRMTrajectoryScorer(_DistilledPRM, BaseTrajectoryScorer):
@@ -357,7 +357,7 @@ class DistilledPRMTrajectoryScorer(_DistilledPRM, BaseTrajectoryScorer):
             raise ValueError(f"{self.name} scores one branch at a time; these turns fork")
         prepared = await self._prepare_all(turns)
         steps = [step for turn in prepared if turn is not None for step in turn.steps]
-        probs = await self._score_steps(self._question(turns[0]), steps) if steps else None
+        probs, threshold = await self._score_steps(self._question(turns[0]), steps) if steps else (None, 0.5)
         rewards: dict[str, float | torch.Tensor] = {}
         offset = 0
         for interaction, turn in zip(turns, prepared, strict=True):
@@ -365,6 +365,6 @@ class DistilledPRMTrajectoryScorer(_DistilledPRM, BaseTrajectoryScorer):
                 rewards[interaction.interaction_id] = 0.0
                 continue
             assert probs is not None
-            rewards[interaction.interaction_id] = self._place(turn, probs[offset : offset + len(turn.steps)])
+            rewards[interaction.interaction_id] = self._place(turn, probs[offset : offset + len(turn.steps)], threshold)
             offset += len(turn.steps)
         return rewards

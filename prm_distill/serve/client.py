@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from .. import calibration
 from ..checkpoint import Sidecar
 from ..steps import SplitConfig
 
@@ -119,9 +120,17 @@ class PRMClient:
         except BaseException:
             await client.aclose()
             raise
-        client.model_id = info["model"]
-        client.sidecar = Sidecar.from_dict(info["sidecar"], source=f"{base_url}/v1/model")
+        client._set_model_info(info)
         return client
+
+    def _set_model_info(self, info: dict[str, Any]) -> None:
+        self.model_id = info["model"]
+        self.sidecar = Sidecar.from_dict(info["sidecar"], source="/v1/model")
+        calibration.validate(self.sidecar.calibration, "/v1/model: calibration")
+
+    def calibration(self) -> dict[str, Any] | None:
+        """The served model's calibration as of the last answer (refetched when the server's changes)."""
+        return self.sidecar.calibration if self.sidecar is not None else None
 
     async def score(self, question: str, steps: Sequence[str]) -> list[float]:
         """Per-step scores of one trajectory (the scorer's backend seam)."""
@@ -149,6 +158,10 @@ class PRMClient:
         results = body.get("results") if isinstance(body, dict) else None
         if not isinstance(results, list) or len(results) != len(items):
             raise PRMServerError(f"malformed answer: expected {len(items)} results, got {str(body)[:200]}")
+        version = body.get("calibration_version", 0)
+        if self.sidecar is not None and version != calibration.version_of(self.sidecar.calibration):
+            # `recalibrate --adopt` changed the served calibration: learn the new one.
+            self._set_model_info(await request_json(self._http, self.config, "GET", "/v1/model"))
         return results
 
     async def health(self) -> bool:

@@ -26,6 +26,7 @@ from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .. import calibration
 from ..encoding import EncodingError
 from ..steps import SplitConfig, StepSplitError, split_steps
 from .batcher import BatcherClosedError, BatcherFullError, ScoreBatcher, SyncScoringEngine
@@ -44,7 +45,7 @@ class ServerConfig:
     host: str = field(default="127.0.0.1", metadata={"help": "Interface to bind; the default keeps the server local to this machine."})
     port: int = field(default=8000, metadata={"help": "TCP port."})
     device: str = field(default="auto", metadata={"help": "cpu, cuda, cuda:N or auto (cuda when available)."})
-    dtype: str | None = field(default=None, metadata={"help": "float32, bfloat16 or float16 (default: bfloat16 on GPU, float32 on CPU)."})
+    dtype: str = field(default="auto", metadata={"help": "auto (bfloat16 on GPUs and on CPUs with native bf16, float32 elsewhere), float32, bfloat16 or float16."})
     threads: int | None = field(default=None, metadata={"help": "torch threads for scoring (default: CPUs - 1, at least 1, so HTTP handling keeps a core: oversubscribed cores slow every forward pass)."})
     max_batch_tokens: int = field(default=16384, metadata={"help": "Token budget of one engine call (the batcher gathers up to about this much)."})
     max_wait_ms: float = field(default=2.0, metadata={"help": "How long the oldest waiting request may wait for batch mates (0: score whatever is queued at once; requests arriving while a batch runs are gathered anyway)."})
@@ -215,6 +216,12 @@ def api_key_from_env(name: str | None) -> bytes | None:
 # -- the app --------------------------------------------------------------------------------------
 
 
+def current_calibration(engine: Any) -> dict[str, Any] | None:
+    """The engine's calibration now (a `PRMEngine` re-reads a changed sidecar), else its sidecar's."""
+    read = getattr(engine, "calibration", None)
+    return read() if callable(read) else engine.sidecar.calibration
+
+
 class _State:
     """What the handlers share: set once the model has loaded."""
 
@@ -365,9 +372,14 @@ def create_app(
             metrics.queue_depth.dec(accepted)
             metrics.latency.observe(time.perf_counter() - start)
         metrics.steps_scored.inc(sum(len(s) for s in scores))
+        cal = current_calibration(state.engine)
         results = [{"step_scores": s, "steps": item.steps} for item, s in zip(items, scores, strict=True)]
+        if cal is not None:
+            for result in results:
+                result["calibrated_scores"] = calibration.apply(result["step_scores"], cal).tolist()
         timing_ms = round((time.perf_counter() - start) * 1000, 3)
-        return answer(SCORE_PATH, 200, {"results": results, "model": state.engine.model_id, "timing_ms": timing_ms})
+        return answer(SCORE_PATH, 200, {"results": results, "model": state.engine.model_id, "timing_ms": timing_ms,
+                                        "calibration_version": calibration.version_of(cal)})
 
     @app.get("/health")
     async def health() -> JSONResponse:
@@ -381,7 +393,8 @@ def create_app(
         """Model id and sidecar (step tag, threshold, calibration), so a remote scorer calibrates as a local one."""
         if state.engine is None:
             return fail("/v1/model", not_ready())
-        return answer("/v1/model", 200, {"model": state.engine.model_id, "sidecar": asdict(state.engine.sidecar)})
+        sidecar = {**asdict(state.engine.sidecar), "calibration": current_calibration(state.engine)}
+        return answer("/v1/model", 200, {"model": state.engine.model_id, "sidecar": sidecar})
 
     @app.get("/metrics")
     async def prometheus() -> Response:

@@ -164,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--output", default="-", help="where to write the JSON answer (vLLM logs to stdout too)")
     parser.add_argument("--repeat", type=int, default=1, help="score the items this many times (timing: the best run)")
+    parser.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=False,
+                        help="vLLM's prefix cache (off: a repeated run would otherwise reuse the first run's work)")
     parser.add_argument("--print-serve-command", action="store_true", help="print the `vllm serve` command and exit")
     parser.add_argument("--host", default="127.0.0.1", help="with --print-serve-command")
     parser.add_argument("--port", type=int, default=8000, help="with --print-serve-command")
@@ -172,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         print(shlex.join(serve_command(args.model, host=args.host, port=args.port, dtype=args.dtype)))
         return 0
     items = [(item["question"], item["steps"]) for item in json.load(sys.stdin)["items"]]
-    engine = VLLMOfflineEngine(args.model, dtype=args.dtype)
+    engine = VLLMOfflineEngine(args.model, dtype=args.dtype, enable_prefix_caching=args.prefix_caching)
     engine.score(items[:1])  # warm-up
     best = math.inf
     for _ in range(max(1, args.repeat)):

@@ -191,12 +191,56 @@ def test_temperature_calibration_and_the_sidecar_threshold(smol_tokenizer):
                                torch.tensor([[0.9, 0.2][c] for c in turn.chunk_of_token]))
 
 
-def test_an_unknown_calibration_method_is_refused_at_start_up(smol_tokenizer):
-    sidecar = Sidecar(
-        step_tag="<|step|>", step_tag_id=1, max_length=64, calibration={"method": "isotonic", "params": {}}
-    )
-    with pytest.raises(ValueError, match="calibration method 'isotonic' is not supported"):
+@pytest.mark.parametrize(("calibration", "message"), [
+    ({"method": "platt", "params": {}}, "method 'platt' is not one of temperature|isotonic"),
+    ({"method": "isotonic", "params": {}}, "isotonic params need lists x and y"),
+    ({"method": "temperature", "params": {"temperature": 0}}, "temperature must be a finite number > 0"),
+])
+def test_a_malformed_calibration_is_refused_at_start_up(smol_tokenizer, calibration, message):
+    sidecar = Sidecar(step_tag="<|step|>", step_tag_id=1, max_length=64, calibration=calibration)
+    with pytest.raises(ValueError, match=message):
         scorer_with(smol_tokenizer, [0.5], sidecar=sidecar)
+
+
+def test_isotonic_calibration_maps_scores_and_threshold_by_linear_interpolation(smol_tokenizer):
+    # Breakpoints (0, 0) (0.5, 0.2) (1, 1): 0.9 -> 0.2 + 0.4/0.5 * 0.8 = 0.84; 0.2 -> 0.2 * 0.2/0.5 = 0.08;
+    # the sidecar threshold 0.6 -> 0.2 + 0.1/0.5 * 0.8 = 0.36.
+    sidecar = Sidecar(step_tag="<|step|>", step_tag_id=1, max_length=64, threshold=0.6,
+                      calibration={"method": "isotonic", "params": {"x": [0.0, 0.5, 1.0], "y": [0.0, 0.2, 1.0]}})
+    turn = make_turn(smol_tokenizer, "t", MARKER_CHUNKS[1:])
+    scorer = scorer_with(smol_tokenizer, [0.9, 0.2], sidecar=sidecar)
+    assert scorer.threshold == pytest.approx(0.36)
+    reward = asyncio.run(scorer.evaluate(turn.interaction, {}))
+    torch.testing.assert_close(reward, torch.tensor([[0.84, 0.08][c] for c in turn.chunk_of_token]))
+
+
+def test_a_new_calibration_in_the_checkpoint_is_used_without_a_restart(smol_tokenizer, tiny_checkpoint, tmp_path):
+    import shutil
+
+    from prm_distill.calibration import write_calibration
+
+    model = shutil.copytree(tiny_checkpoint, tmp_path / "model")
+    turn = make_turn(smol_tokenizer, "t", MARKER_CHUNKS[1:])
+    engine = PRMEngine.from_checkpoint(model, device="cpu", dtype="float32")
+
+    async def run() -> tuple[list[float], torch.Tensor, torch.Tensor, float]:
+        scorer = DistilledPRMScorer(model=model, policy_tokenizer=smol_tokenizer, device="cpu", dtype="float32")
+        try:
+            [raw] = engine.score([(scorer._question(turn.interaction), scorer._prepare(turn.interaction).steps)])
+            before = await scorer.evaluate(turn.interaction, {})
+            write_calibration(model, {"method": "temperature", "params": {"temperature": 2.0}})
+            after = await scorer.evaluate(turn.interaction, {})
+            return raw, before, after, scorer.threshold
+        finally:
+            await scorer.aclose()
+
+    raw, before, after, threshold = asyncio.run(run())
+    by_token = lambda values: torch.tensor([values[c] for c in turn.chunk_of_token], dtype=torch.float32)  # noqa: E731
+    torch.testing.assert_close(before, by_token(raw))
+    halved = [1 / (1 + math.exp(-math.log(p / (1 - p)) / 2)) for p in raw]
+    torch.testing.assert_close(after, by_token(halved))
+    t = Sidecar.from_dict(__import__("json").loads((model / "prm_distill.json").read_text())).threshold or 0.5
+    assert threshold == pytest.approx(1 / (1 + math.exp(-math.log(t / (1 - t)) / 2)))
 
 
 @pytest.mark.parametrize(("scores", "failing"), [([0.9, 0.2, 0.7], True), ([0.9, 0.8, 0.7], False)])

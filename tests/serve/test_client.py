@@ -192,8 +192,38 @@ def test_the_distilled_scorer_gives_the_same_rewards_through_the_http_client(tin
     local_result, remote_result, local, remote = asyncio.run(main())
     # The sidecar came over HTTP: the same threshold (the checkpoint's, not the 0.5 fallback).
     assert remote.threshold == local.threshold == read_sidecar(tiny_checkpoint).threshold != 0.5
-    assert remote.temperature == local.temperature
     assert isinstance(remote_result.reward, torch.Tensor) and remote_result.reward.shape == (len(output),)
     torch.testing.assert_close(remote_result.reward, local_result.reward, atol=1e-5, rtol=0)
     assert [o.value for o in remote_result.observations] == pytest.approx([o.value for o in local_result.observations], abs=1e-5)
 
+
+
+def test_a_calibration_adopted_while_serving_reaches_the_server_and_the_client(tiny_checkpoint, tmp_path):
+    import math
+    import shutil
+
+    import httpx
+
+    from prm_distill.calibration import write_calibration
+
+    model = shutil.copytree(tiny_checkpoint, tmp_path / "model")
+    srv = BackgroundServer(config(model), lambda: PRMEngine.from_checkpoint(model, device="cpu", dtype="float32"))
+    log = recorded(srv)
+
+    async def main():
+        async with await PRMClient.connect(srv.url, config=ClientConfig(timeout_s=30)) as client:
+            before = await client.score(QUESTION, STEPS), client.calibration()
+            write_calibration(model, {"method": "temperature", "params": {"temperature": 2.0}})
+            after = await client.score(QUESTION, STEPS), client.calibration()
+            return before, after
+
+    with srv:
+        (raw, cal_before), (raw_after, cal_after) = asyncio.run(main())
+        answer = httpx.post(f"{srv.url}/v1/score", json={"items": [{"question": QUESTION, "steps": STEPS}]}).json()
+    assert cal_before is None and raw_after == pytest.approx(raw, abs=1e-7)  # step_scores stay raw
+    assert cal_after["method"] == "temperature" and cal_after["version"] == 1  # learnt without a reconnect
+    assert answer["calibration_version"] == 1
+    halved = [1 / (1 + math.exp(-math.log(p / (1 - p)) / 2)) for p in raw]
+    assert answer["results"][0]["calibrated_scores"] == pytest.approx(halved, abs=1e-6)
+    # /v1/model is fetched again only after the version changed: connect, score, score -> refetch.
+    assert [path for _, path, status in log if status == 200] == ["/v1/model", "/v1/score", "/v1/score", "/v1/model", "/v1/score"]

@@ -319,7 +319,7 @@ def test_cli_serve_binds_localhost_by_default_and_finishes_in_flight_requests_on
         port = s.getsockname()[1]
     proc = subprocess.Popen(
         [sys.executable, "-m", "prm_distill.cli", "serve", "--model", str(tiny_checkpoint), "--port", str(port),
-         "--device", "cpu", "--max-wait-ms", "1500"],
+         "--device", "cpu", "--dtype", "float32", "--max-wait-ms", "1500"],
         env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     url = f"http://127.0.0.1:{port}"
