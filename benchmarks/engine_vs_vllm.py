@@ -42,8 +42,8 @@ def workload(n: int, steps: int) -> list[tuple[str, list[str]]]:
     return [(f"({i + 1}) {question}", lines) for i in range(n)]
 
 
-def engine_run(model: Path, items, repeat: int) -> tuple[float, list[list[float]]]:
-    engine = PRMEngine.from_checkpoint(model, device="cpu", dtype="float32")
+def engine_run(model: Path, items, repeat: int, dtype: str = "float32", cpu_kernels: str = "onednn") -> tuple[float, list[list[float]]]:
+    engine = PRMEngine.from_checkpoint(model, device="cpu", dtype=dtype, cpu_kernels=cpu_kernels)
     engine.score(items[:1])  # warm-up
     best = float("inf")
     for _ in range(repeat):
@@ -53,7 +53,7 @@ def engine_run(model: Path, items, repeat: int) -> tuple[float, list[list[float]
     return best, scores
 
 
-def vllm_run(model: Path, items, repeat: int, threads: int, python: Path) -> tuple[float, list[list[float]]]:
+def vllm_run(model: Path, items, repeat: int, threads: int, python: Path, dtype: str = "float32") -> tuple[float, list[list[float]]]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
            "OMP_NUM_THREADS": str(threads),
            # vLLM binds its OpenMP threads to every core of the node unless told which ones.
@@ -61,7 +61,8 @@ def vllm_run(model: Path, items, repeat: int, threads: int, python: Path) -> tup
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "scores.json"
         done = subprocess.run(
-            [str(python), "-m", "prm_distill.serve.vllm_backend", "--model", str(model), "--repeat", str(repeat), "--output", str(out)],
+            [str(python), "-m", "prm_distill.serve.vllm_backend", "--model", str(model), "--repeat", str(repeat), "--output", str(out),
+             "--dtype", dtype],
             input=json.dumps({"items": [{"question": q, "steps": s} for q, s in items]}), text=True,
             capture_output=True, env=env, cwd=tmp,
         )
@@ -108,6 +109,8 @@ def main() -> None:
     ap.add_argument("--prm-url", help="with --vllm-url: compare two running servers over HTTP")
     ap.add_argument("--vllm-url")
     ap.add_argument("--concurrency", type=int, default=16, help="over HTTP: requests in flight")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="in-process: both sides' dtype")
+    ap.add_argument("--torch-kernels", action="store_true", help="in-process: also time our engine with plain torch linears (MKL) instead of oneDNN")
     args = ap.parse_args()
 
     model = bench_checkpoint(args.model, args.tiny)
@@ -118,13 +121,17 @@ def main() -> None:
         setting = f"over HTTP, {args.concurrency} in flight"
     else:
         torch.set_num_threads(args.threads)
-        runs = {"PRMEngine (transformers)": engine_run(model, items, args.repeat),
-                "vLLM LLM.encode (pooling)": vllm_run(model, items, args.repeat, args.threads, args.vllm_python)}
-        setting = f"in-process, fp32, {args.threads} thread(s), best of {args.repeat}"
+        runs = {"PRMEngine (transformers)": engine_run(model, items, args.repeat, args.dtype),
+                "vLLM LLM.encode (pooling)": vllm_run(model, items, args.repeat, args.threads, args.vllm_python, args.dtype)}
+        if args.torch_kernels:
+            runs["PRMEngine, torch linears"] = engine_run(model, items, args.repeat, args.dtype, "torch")
+        setting = f"in-process, {args.dtype}, {args.threads} thread(s), best of {args.repeat}"
     print(f"model {model}: {len(items)} trajectories x {args.steps} steps ({setting})")
     for name, (seconds, _) in runs.items():
         print(f"{name:>28}: {n_steps / seconds:9.1f} steps/s  ({seconds * 1000:.0f} ms)")
-    (ours, our_scores), (theirs, their_scores) = runs.values()
+    (ours, our_scores), (theirs, their_scores) = list(runs.values())[:2]
+    if args.torch_kernels:
+        print(f"{'oneDNN / torch linears':>28}: {runs['PRMEngine, torch linears'][0] / ours:9.2f}x steps/s")
     diff = max(abs(a - b) for x, y in zip(our_scores, their_scores, strict=True) for a, b in zip(x, y, strict=True))
     print(f"{'ratio (ours / vLLM)':>28}: {theirs / ours:9.2f}x steps/s")
     print(f"{'max |score difference|':>28}: {diff:.2e}")

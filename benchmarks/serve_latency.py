@@ -94,13 +94,14 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0, help="measured time per point")
     ap.add_argument("--steps", type=int, default=10, help="steps per trajectory")
     ap.add_argument("--max-wait-ms", default="2", help="batching window of the 'on' mode")
+    ap.add_argument("--server-arg", action="append", default=[], help="extra `prm-distill serve` option, repeatable (e.g. --server-arg=--threads=2)")
     args = ap.parse_args()
 
     model = bench_checkpoint(args.model, args.tiny)
     question, steps = trajectory(args.steps)
-    modes = {"on": ["--max-wait-ms", args.max_wait_ms], "off": ["--no-batching"]}
+    modes = {"on": ["--max-wait-ms", args.max_wait_ms, *args.server_arg], "off": ["--no-batching", *args.server_arg]}
     results: dict[tuple[str, int], tuple[float, list[float]]] = {}
-    print(f"model {model}, {args.steps}-step trajectories, {args.seconds:g} s per point, {os.cpu_count()} CPUs")
+    print(f"model {model}, {args.steps}-step trajectories, {args.seconds:g} s per point, {os.cpu_count()} CPUs, server options {args.server_arg}")
     print(f"{'batching':>9}{'clients':>8}{'req/s':>9}{'steps/s':>9}{'p50 ms':>9}{'p99 ms':>9}")
     for mode, extra in modes.items():
         port = free_port()

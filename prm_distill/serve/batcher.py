@@ -4,7 +4,9 @@ Many coroutines (RL sessions, HTTP requests) each ask for one trajectory's step 
 them one by one wastes the model; blocking the event loop on a forward pass stalls every other
 session. `ScoreBatcher` queues requests, gathers those that arrive within `max_wait_ms` of the
 oldest one (up to about `max_batch_tokens`), and runs them as one `engine.score` call in its own
-worker thread, one call at a time. Results equal unbatched scoring: a request's scores never
+worker thread, one call at a time. The window is only waited under load (the previous call held
+more than one request): a lone request on an idle batcher is scored at once, so batching costs
+a single client no latency; requests arriving while a call runs are gathered in any case. Results equal unbatched scoring: a request's scores never
 depend on what it was batched with, and a request the engine rejects fails alone.
 """
 
@@ -97,6 +99,7 @@ class ScoreBatcher:
         self._worker: asyncio.Task[None] | None = None
         self._wakeup: asyncio.Event | None = None
         self._closed = False
+        self._last_batch_size = 0
 
     async def score(self, question: str, steps: Sequence[str]) -> list[float]:
         """Per-step scores of one trajectory, batched with whatever else is waiting."""
@@ -149,8 +152,10 @@ class ScoreBatcher:
             self._pending_cost = 0
 
     async def _gather(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Wait until the oldest request is max_wait_ms old or the token budget is reached."""
+        """Under load, wait until the oldest request is max_wait_ms old or the token budget is reached."""
         assert self._wakeup is not None
+        if self._last_batch_size <= 1 and len(self._pending) == 1:
+            return  # idle: nobody to wait for
         deadline = self._pending[0].arrived + self.max_wait_s
         while self._pending_cost < self.max_batch_tokens and not self._closed:
             remaining = deadline - loop.time()
@@ -181,6 +186,7 @@ class ScoreBatcher:
         return batch
 
     async def _score(self, loop: asyncio.AbstractEventLoop, batch: list[_Request]) -> None:
+        self._last_batch_size = len(batch)
         try:
             results = await loop.run_in_executor(
                 self._executor, _score_isolated, self.engine, [request.item for request in batch]

@@ -201,3 +201,25 @@ def test_the_batcher_serves_one_event_loop_after_another():
     assert asyncio.run(batcher.score("a", ["ab"])) == [0.02]
     assert asyncio.run(batcher.score("b", ["abc"])) == [0.03]
     asyncio.run(batcher.aclose())
+
+
+def test_a_lone_request_on_an_idle_batcher_does_not_wait_but_under_load_requests_gather():
+    engine = RecordingEngine()
+
+    async def main():
+        batcher = ScoreBatcher(engine, max_wait_ms=3000)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        await batcher.score("alone", ["ab"])  # idle: scored at once, not after the 3 s window
+        alone_s = loop.time() - start
+        await asyncio.gather(batcher.score("a", ["ab"]), batcher.score("b", ["ab"]))  # load: one call of two
+        # The last call held two requests, so the next lone request waits for a mate arriving 50 ms later.
+        late = asyncio.ensure_future(batcher.score("c", ["ab"]))
+        await asyncio.sleep(0.05)
+        await asyncio.gather(late, batcher.score("d", ["ab"]))
+        await batcher.aclose()
+        return alone_s
+
+    alone_s = asyncio.run(main())
+    assert engine.calls == [["alone"], ["a", "b"], ["c", "d"]]
+    assert alone_s < 1.5  # far below the 3 s window it would otherwise have waited
