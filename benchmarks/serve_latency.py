@@ -1,5 +1,8 @@
 """`prm-distill serve` under load: throughput and p50/p99 latency at 1, 16 and 64 concurrent clients,
 dynamic batching on versus off (ratio), and the p50 of a 10-step trajectory at 1 client.
+"on" = the defaults: `PRMClient` coalesces concurrent calls into shared requests and the server
+micro-batches; "server" = only the server batches; "off" = one request and one engine call per
+trajectory.
 
 Each mode runs the real CLI server in a subprocess (so the load generator does not share its
 interpreter) and drives it with `PRMClient` coroutines that each send one 10-step trajectory after
@@ -63,10 +66,11 @@ def start_server(model: Path, port: int, extra: list[str]) -> subprocess.Popen:
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "HF_HUB_OFFLINE": "1"})
 
 
-async def drive(url: str, clients: int, seconds: float, question: str, steps: list[str]) -> tuple[float, list[float]]:
-    """(requests/s, latencies in s) with `clients` coroutines sending back to back for `seconds`."""
+async def drive(url: str, clients: int, seconds: float, question: str, steps: list[str], coalesce: bool = True) -> tuple[float, list[float]]:
+    """(trajectories/s, latencies in s) with `clients` coroutines scoring back to back for `seconds`
+    through one PRMClient (as the RL scorer's sessions share one)."""
     latencies: list[float] = []
-    async with PRMClient(url, config=ClientConfig(max_connections=clients, timeout_s=120)) as client:
+    async with PRMClient(url, config=ClientConfig(max_connections=clients, timeout_s=120, coalesce=coalesce)) as client:
         await asyncio.gather(*(client.score(question, steps) for _ in range(clients)))  # warm-up, connections open
         end = time.perf_counter() + seconds
 
@@ -99,18 +103,22 @@ def main() -> None:
 
     model = bench_checkpoint(args.model, args.tiny)
     question, steps = trajectory(args.steps)
-    modes = {"on": ["--max-wait-ms", args.max_wait_ms, *args.server_arg], "off": ["--no-batching", *args.server_arg]}
+    # (server options, client coalescing): "on" = both batch (the defaults); "server" = only the
+    # server batches (one HTTP request per trajectory); "off" = one request and one engine call each.
+    modes = {"on": (["--max-wait-ms", args.max_wait_ms, *args.server_arg], True),
+             "server": (["--max-wait-ms", args.max_wait_ms, *args.server_arg], False),
+             "off": (["--no-batching", *args.server_arg], False)}
     results: dict[tuple[str, int], tuple[float, list[float]]] = {}
     print(f"model {model}, {args.steps}-step trajectories, {args.seconds:g} s per point, {os.cpu_count()} CPUs, server options {args.server_arg}")
-    print(f"{'batching':>9}{'clients':>8}{'req/s':>9}{'steps/s':>9}{'p50 ms':>9}{'p99 ms':>9}")
-    for mode, extra in modes.items():
+    print(f"{'batching':>9}{'clients':>8}{'traj/s':>9}{'steps/s':>9}{'p50 ms':>9}{'p99 ms':>9}")
+    for mode, (extra, coalesce) in modes.items():
         port = free_port()
         proc = start_server(model, port, extra)
         url = f"http://127.0.0.1:{port}"
         try:
             asyncio.run(wait_ready(url, proc))
             for clients in args.clients:
-                rate, latencies = asyncio.run(drive(url, clients, args.seconds, question, steps))
+                rate, latencies = asyncio.run(drive(url, clients, args.seconds, question, steps, coalesce))
                 results[mode, clients] = rate, latencies
                 print(f"{mode:>9}{clients:>8}{rate:>9.1f}{rate * args.steps:>9.0f}"
                       f"{percentile(latencies, 50) * 1000:>9.1f}{percentile(latencies, 99) * 1000:>9.1f}", flush=True)
@@ -118,7 +126,8 @@ def main() -> None:
             proc.send_signal(signal.SIGTERM)
             proc.wait(60)
     for clients in args.clients:
-        print(f"throughput batching on / off at {clients:>2} clients: {results['on', clients][0] / results['off', clients][0]:.2f}x")
+        print(f"throughput at {clients:>2} clients: batching on / off {results['on', clients][0] / results['off', clients][0]:.2f}x, "
+              f"server-only / off {results['server', clients][0] / results['off', clients][0]:.2f}x")
     if 1 in args.clients:
         print(f"p50 latency of a {args.steps}-step trajectory at 1 client (batching on): "
               f"{percentile(results['on', 1][1], 50) * 1000:.1f} ms")

@@ -6,13 +6,19 @@ session. `ScoreBatcher` queues requests, gathers those that arrive within `max_w
 oldest one (up to about `max_batch_tokens`), and runs them as one `engine.score` call in its own
 worker thread, one call at a time. The window is only waited under load (the previous call held
 more than one request): a lone request on an idle batcher is scored at once, so batching costs
-a single client no latency; requests arriving while a call runs are gathered in any case. Results equal unbatched scoring: a request's scores never
+a single client no latency; requests arriving while a call runs are gathered in any case.
+
+The engine is either synchronous (`score(items)`, run in the worker thread: `PRMEngine`) or
+asynchronous (`async score_batch(items)`, awaited on the loop: `PRMClient`, which thereby sends
+the trajectories of many concurrent sessions as one HTTP request). `max_in_flight` calls may run
+at once (1 for a model; a few for a remote server, so requests overlap the network). Results equal unbatched scoring: a request's scores never
 depend on what it was batched with, and a request the engine rejects fails alone.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +32,22 @@ class SyncScoringEngine(Protocol):
     """What the batcher drives: `PRMEngine` or anything scoring (question, steps) items in one call."""
 
     def score(self, items: Sequence[Item]) -> list[list[float]]: ...
+
+
+class AsyncScoringEngine(Protocol):
+    """A remote engine: scores a list of (question, steps) items in one awaited call."""
+
+    async def score_batch(self, items: Sequence[Item]) -> list[list[float]]: ...
+
+
+def _is_async(engine: object) -> bool:
+    return inspect.iscoroutinefunction(getattr(engine, "score_batch", None))
+
+
+def _item_fault(error: BaseException) -> bool:
+    """A remote refusal caused by an item (4xx other than 429), not by the server or the network."""
+    status = getattr(error, "status", None)
+    return isinstance(status, int) and 400 <= status < 500 and status != 429
 
 
 class BatcherFullError(RuntimeError):
@@ -72,6 +94,26 @@ def _score_isolated(engine: SyncScoringEngine, items: list[Item]) -> list[list[f
     return isolated
 
 
+async def _score_isolated_async(engine: AsyncScoringEngine, items: list[Item]) -> list[list[float] | Exception]:
+    """As `_score_isolated`, for a remote engine: a refusal caused by one item fails that item alone;
+    a server or network failure fails the whole call (retrying item by item would only add load)."""
+    try:
+        results: list[list[float] | Exception] = list(await engine.score_batch(items))
+        if len(results) != len(items):
+            raise RuntimeError(f"the engine returned {len(results)} results for {len(items)} items")
+        return results
+    except Exception as error:
+        if len(items) == 1 or not _item_fault(error):
+            raise
+    isolated: list[list[float] | Exception] = []
+    for item in items:
+        try:
+            isolated.extend(await _score_isolated_async(engine, [item]))
+        except Exception as error:
+            isolated.append(error)
+    return isolated
+
+
 class ScoreBatcher:
     """`await batcher.score(question, steps)` -> per-step scores; `await batcher.aclose()` to stop.
 
@@ -81,15 +123,21 @@ class ScoreBatcher:
 
     def __init__(
         self,
-        engine: SyncScoringEngine,
+        engine: SyncScoringEngine | AsyncScoringEngine,
         *,
         max_batch_tokens: int = 16384,
         max_wait_ms: float = 5.0,
         max_queue: int = 4096,
+        max_items: int | None = None,
+        max_in_flight: int = 1,
     ) -> None:
-        if max_batch_tokens < 1 or max_queue < 1 or not max_wait_ms >= 0:
-            raise ValueError("ScoreBatcher needs max_batch_tokens >= 1, max_queue >= 1 and max_wait_ms >= 0")
+        if max_batch_tokens < 1 or max_queue < 1 or not max_wait_ms >= 0 or max_in_flight < 1 or (max_items is not None and max_items < 1):
+            raise ValueError("ScoreBatcher needs max_batch_tokens, max_queue, max_items and max_in_flight >= 1 and max_wait_ms >= 0")
         self.engine = engine
+        self.max_items = max_items
+        self.max_in_flight = max_in_flight
+        self._in_flight: set[asyncio.Task[None]] = set()
+        self._slots: asyncio.Semaphore | None = None
         self.max_batch_tokens = max_batch_tokens
         self.max_wait_s = max_wait_ms / 1000.0
         self.max_queue = max_queue
@@ -126,10 +174,11 @@ class ScoreBatcher:
                 raise RuntimeError("ScoreBatcher is in use by another running event loop")
             return
         self._wakeup = asyncio.Event()
+        self._slots = asyncio.Semaphore(self.max_in_flight)
         self._worker = loop.create_task(self._run(), name="prm-score-batcher")
 
     async def _run(self) -> None:
-        assert self._wakeup is not None
+        assert self._wakeup is not None and self._slots is not None
         loop = asyncio.get_running_loop()
         batch: list[_Request] = []
         try:
@@ -138,11 +187,18 @@ class ScoreBatcher:
                     self._wakeup.clear()
                     await self._wakeup.wait()
                     continue
+                await self._slots.acquire()  # with one slot: the previous call has finished
                 await self._gather(loop)
                 batch = self._take()
-                if batch:
-                    await self._score(loop, batch)
+                if not batch:
+                    self._slots.release()
+                    continue
+                task = loop.create_task(self._score(loop, batch))
+                self._in_flight.add(task)
+                task.add_done_callback(self._in_flight.discard)
+                task.add_done_callback(lambda _: self._slots.release())  # type: ignore[union-attr]
                 batch = []
+            await asyncio.gather(*self._in_flight)
         finally:
             # Loop shutdown or a bug: nobody is left to answer these requests.
             for request in [*batch, *self._pending]:
@@ -177,7 +233,7 @@ class ScoreBatcher:
                 self._pending.popleft()
                 self._pending_cost -= request.cost
                 continue
-            if batch and cost + request.cost > self.max_batch_tokens:
+            if batch and (cost + request.cost > self.max_batch_tokens or len(batch) == self.max_items):
                 break
             self._pending.popleft()
             self._pending_cost -= request.cost
@@ -187,10 +243,12 @@ class ScoreBatcher:
 
     async def _score(self, loop: asyncio.AbstractEventLoop, batch: list[_Request]) -> None:
         self._last_batch_size = len(batch)
+        items = [request.item for request in batch]
         try:
-            results = await loop.run_in_executor(
-                self._executor, _score_isolated, self.engine, [request.item for request in batch]
-            )
+            if _is_async(self.engine):
+                results = await _score_isolated_async(self.engine, items)  # type: ignore[arg-type]
+            else:
+                results = await loop.run_in_executor(self._executor, _score_isolated, self.engine, items)
         except Exception as error:
             results = [error] * len(batch)
         for request, result in zip(batch, results, strict=True):

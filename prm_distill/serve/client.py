@@ -20,8 +20,9 @@ import httpx
 from .. import calibration
 from ..checkpoint import Sidecar
 from ..steps import SplitConfig
+from .batcher import Item, ScoreBatcher
 
-Item = tuple[str, Sequence[str]]
+
 RETRYABLE_ERRORS = (httpx.NetworkError, httpx.ConnectTimeout, httpx.RemoteProtocolError)
 
 
@@ -35,10 +36,15 @@ class ClientConfig:
     backoff_s: float = field(default=0.05, metadata={"help": "First retry delay; doubles each retry (with jitter)."})
     max_backoff_s: float = field(default=2.0, metadata={"help": "Cap on one retry delay, Retry-After included."})
     max_connections: int = field(default=64, metadata={"help": "Connections kept open to the server (concurrent requests beyond wait for one)."})
+    coalesce: bool = field(default=True, metadata={"help": "Send the trajectories of concurrent `score` calls together, as one request of many items (far less HTTP work per trajectory than one request each); a bad item still fails alone."})
+    max_items_per_request: int = field(default=64, metadata={"help": "With coalesce: most trajectories in one request (keep it at or below the server's max_items)."})
+    max_requests_in_flight: int = field(default=4, metadata={"help": "With coalesce: coalesced requests outstanding at once (overlaps the network with scoring)."})
 
     def __post_init__(self) -> None:
-        if self.timeout_s <= 0 or self.connect_timeout_s <= 0 or self.max_retries < 0 or self.backoff_s < 0 or self.max_connections < 1:
-            raise ValueError("ClientConfig: timeouts > 0, max_retries >= 0, backoff_s >= 0 and max_connections >= 1 are required")
+        if (self.timeout_s <= 0 or self.connect_timeout_s <= 0 or self.max_retries < 0 or self.backoff_s < 0
+                or min(self.max_connections, self.max_items_per_request, self.max_requests_in_flight) < 1):
+            raise ValueError("ClientConfig: timeouts > 0, max_retries >= 0, backoff_s >= 0, and max_connections, "
+                             "max_items_per_request and max_requests_in_flight >= 1 are required")
 
     def http_client(self, base_url: str, headers: dict[str, str] | None = None) -> httpx.AsyncClient:
         return httpx.AsyncClient(
@@ -110,6 +116,11 @@ class PRMClient:
         self._http = self.config.http_client(base_url, headers)
         self.model_id: str | None = None
         self.sidecar: Sidecar | None = None
+        self._coalescer = (
+            ScoreBatcher(self, max_batch_tokens=2**31 - 1, max_wait_ms=0, max_queue=2**31 - 1,
+                         max_items=self.config.max_items_per_request, max_in_flight=self.config.max_requests_in_flight)
+            if self.config.coalesce else None
+        )
 
     @classmethod
     async def connect(cls, base_url: str = "http://127.0.0.1:8000", **kwargs: Any) -> "PRMClient":
@@ -133,7 +144,10 @@ class PRMClient:
         return self.sidecar.calibration if self.sidecar is not None else None
 
     async def score(self, question: str, steps: Sequence[str]) -> list[float]:
-        """Per-step scores of one trajectory (the scorer's backend seam)."""
+        """Per-step scores of one trajectory (the scorer's backend seam); concurrent calls are
+        coalesced into shared requests unless `config.coalesce` is off."""
+        if self._coalescer is not None:
+            return await self._coalescer.score(question, steps)
         [scores] = await self.score_batch([(question, steps)])
         return scores
 
@@ -172,6 +186,8 @@ class PRMClient:
             return False
 
     async def aclose(self) -> None:
+        if self._coalescer is not None:
+            await self._coalescer.aclose()
         await self._http.aclose()
 
     async def __aenter__(self) -> "PRMClient":

@@ -227,3 +227,22 @@ def test_a_calibration_adopted_while_serving_reaches_the_server_and_the_client(t
     assert answer["results"][0]["calibrated_scores"] == pytest.approx(halved, abs=1e-6)
     # /v1/model is fetched again only after the version changed: connect, score, score -> refetch.
     assert [path for _, path, status in log if status == 200] == ["/v1/model", "/v1/score", "/v1/score", "/v1/model", "/v1/score"]
+
+
+def test_concurrent_scores_share_requests_and_a_bad_item_fails_alone(tiny_checkpoint, engine):
+    srv = BackgroundServer(config(tiny_checkpoint, max_wait_ms=0), lambda: engine)
+    log = recorded(srv)
+    items = [(f"({i}) {QUESTION}", STEPS) for i in range(24)]
+
+    async def main():
+        async with await PRMClient.connect(srv.url, config=ClientConfig(timeout_s=30, max_items_per_request=8)) as client:
+            calls = [client.score(q, s) for q, s in items] + [client.score(QUESTION, ["4 + 3 = 7.", "   "])]
+            return await asyncio.gather(*calls, return_exceptions=True)
+
+    with srv:
+        *good, bad = asyncio.run(main())
+    assert good == [pytest.approx(engine.score([item])[0], abs=1e-5) for item in items]
+    assert isinstance(bad, PRMServerError) and bad.status == 422 and "steps[1]" in str(bad)
+    scored = [status for _, path, status in log if path == "/v1/score"]
+    # 25 calls in at most 8 items per request: 4 requests, one refused (422) and retried item by item.
+    assert 4 <= len(scored) < 25 and scored.count(422) >= 1
