@@ -123,6 +123,49 @@ def cmd_label(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_recalibrate(args: argparse.Namespace) -> int:
+    """Exit 0: no drift flag; 3: re-distillation advised (a drift flag); 2 (or 4: judge unavailable) on errors."""
+    from .labeling.judges import JudgeUnavailable
+    from .recalibrate import RecalibrateConfig, run_recalibration
+
+    if args.help_config:
+        print("\n".join(help_text(RecalibrateConfig)))
+        return 0
+    missing = [flag for flag, value in (("--model", args.model), ("--heldout", args.heldout), ("--output", args.output)) if not value]
+    if missing:
+        raise ValueError(f"the following arguments are required: {', '.join(missing)}")
+    overrides = list(args.overrides) + ([f"calibration.method={args.method}"] if args.method else [])
+    cfg = load_config(RecalibrateConfig, args.config, overrides)
+    try:
+        rep = run_recalibration(args.model, args.heldout, args.output, fmt=args.format, fresh=args.fresh, label_config=args.label_config,
+                                history=args.history, adopt=args.adopt, config=cfg, device=args.device)
+    except JudgeUnavailable as e:
+        print(f"prm-distill recalibrate: judge unavailable while labelling --fresh rollouts: {e}; cached answers are kept in "
+              f"{args.output}/fresh_label_cache.jsonl, rerun to resume", file=sys.stderr)
+        return 4
+
+    def f(v: Any) -> str:
+        return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}"
+
+    prev = rep.get("previous")
+    deltas = prev["deltas"] if prev else {}
+
+    def change(key: str) -> str:
+        return f" ({deltas[key]:+.3f})" if deltas.get(key) is not None else ""
+
+    print(f"held-out: auroc {f(rep['auroc'])}{change('auroc')}  ece {f(rep['ece'])}{change('ece')}  mean score {f(rep['mean_score'])}{change('mean_score')}  "
+          f"f1 {f(rep['processbench_f1'])}{change('processbench_f1')}  agreement ({rep['agreement_source']}) {f(rep['agreement'])}{change('agreement')}")
+    print(f"previous report: {prev['path'] if prev else 'none'}")
+    c = rep["calibration"]
+    print(f"calibration: {c['method']} ECE {f(c['ece_before'])} -> {f(c['ece_after'])} on the evaluation split; {c.get('reason', '')}")
+    audits = rep.get("audits")
+    if audits:
+        print(f"audits: {', '.join(audits['flags']) or 'no flag'}")
+    print(f"drift: {', '.join(rep['drift']) or 'none'} -> {'re-distillation advised (exit 3)' if rep['redistill_advised'] else 'no re-distillation needed'}")
+    print(f"report: {Path(args.output) / 'report.json'}, {Path(args.output) / 'report.md'}, plots: {', '.join(rep['plots'].values())}")
+    return 3 if rep["redistill_advised"] else 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -175,6 +218,22 @@ def build_parser() -> argparse.ArgumentParser:
     lb.add_argument("--help-config", action="store_true", help="list every config key with its default and help")
     lb.add_argument("overrides", nargs="*", help="key=value overrides, e.g. input=rollouts.jsonl mode=trajectory judge.base_url=http://host:8000/v1")
     lb.set_defaults(func=cmd_label)
+
+    r = sub.add_parser("recalibrate", help="held-out metrics vs the last report, drift flags (exit 3: re-distil), checked calibration, audits")
+    r.add_argument("--model", help="exported checkpoint folder")
+    r.add_argument("--heldout", help="fixed labelled held-out set, never trained on (ids checked against the model's training_ids.txt)")
+    r.add_argument("--format", default="jsonl", choices=FORMATS, help="format of --heldout")
+    r.add_argument("--fresh", help="fresh policy rollouts (JSONL: id, question, steps or response); a sample is labelled by the judge")
+    r.add_argument("--label-config", help="labeling config of the judge for --fresh (see configs/label.yaml)")
+    r.add_argument("--history", help="folder of earlier reports; the newest is compared with this one")
+    r.add_argument("--output", help="folder for report.json, report.md and the PNG plots")
+    r.add_argument("--adopt", action="store_true", help="write the fitted calibration into the sidecar when it improves ECE on the evaluation split")
+    r.add_argument("--method", choices=("temperature", "isotonic"), help="calibration method (default temperature; same as calibration.method=...)")
+    r.add_argument("--config", help="YAML with recalibration settings (prm-distill recalibrate --help-config lists them)")
+    r.add_argument("--help-config", action="store_true", help="list every setting with its default and help")
+    r.add_argument("--device", default="cpu")
+    r.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. drift.auroc_drop=0.05 audit.max_trajectories=30")
+    r.set_defaults(func=cmd_recalibrate)
 
     d = sub.add_parser("demo", help="the main job on embedded defaults: generate data, distil, evaluate")
     d.add_argument("--output", default="runs/demo", help="working folder")

@@ -1,5 +1,6 @@
 """The main job on embedded defaults (`make demo`): build a labelled data set offline, distil the
-default backbone on it for a bounded budget, evaluate the exported checkpoint on held-out data."""
+default backbone on it for a bounded budget, evaluate the exported checkpoint on held-out data, run
+one recalibration round on it (drift report, checked calibration, audits), serve it, shape RL rewards."""
 
 from __future__ import annotations
 
@@ -39,6 +40,54 @@ def label_train_split(records: list, out: Path, n_judged: int) -> list:
     return labelled
 
 
+class CachedScores:
+    """The engine with memoised scores, so the recalibration round reuses the evaluation's test-split
+    scores instead of scoring them again (a trajectory's scores do not depend on its batch)."""
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+        self._memo: dict[tuple[str, tuple[str, ...]], list[float]] = {}
+
+    def __getattr__(self, name: str):
+        return getattr(self.engine, name)
+
+    def score(self, items) -> list[list[float]]:
+        keys = [(q, tuple(steps)) for q, steps in items]
+        todo = [k for k in dict.fromkeys(keys) if k not in self._memo]
+        if todo:
+            self._memo.update(zip(todo, self.engine.score([(q, list(steps)) for q, steps in todo])))
+        return [list(self._memo[k]) for k in keys]
+
+
+def recalibration_round(model_dir, heldout: Path, out: Path, engine) -> str:
+    """One round of `prm-distill recalibrate` on the test split; the calibration is fitted and checked
+    but not adopted (the test split must stay clean for later evaluations). Returns the printed lines."""
+    import math
+
+    from .recalibrate import RecalibrateConfig, run_recalibration
+
+    t0 = time.time()
+    r = run_recalibration(model_dir, heldout, out, engine=engine, config=RecalibrateConfig())
+
+    def f(v) -> str:
+        return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}"
+
+    c, a = r["calibration"], r.get("audits") or {}
+    verb, pos = a.get("verbosity", {}), a.get("position_bias", {})
+    t = c["params"].get("temperature") if isinstance(c.get("params"), dict) else None
+    fitted = f"{c['method']}" + (f" T={t:.3f}" if t is not None else "")
+    return "\n".join([
+        f"[demo] recalibration round on the test split in {time.time() - t0:.0f}s (scores reused from the evaluation): auroc {f(r['auroc'])}, "
+        f"ece {f(r['ece'])}, mean score {f(r['mean_score'])}, F1 {f(r['processbench_f1'])}, agreement with the labels {f(r['agreement_heldout'])}",
+        f"[demo]   drift flags: {', '.join(r['drift']) or 'none'} (first round: no earlier report to compare with; later rounds pass --history)",
+        f"[demo]   calibration: {fitted} fitted on half the trajectories, ECE {f(c['ece_before'])} -> {f(c['ece_after'])} on the other half; "
+        f"{'it would be adopted with --adopt' if c['improved'] else 'it would not be adopted'} (not adopted here: the test split stays clean)",
+        f"[demo]   audits: {', '.join(a.get('flags') or []) or 'no flag'}; padding ({verb.get('n_trajectories')} all-correct trajectories) raised "
+        f"{', '.join(verb.get('raised_by') or []) or 'no aggregation'}; position slope {f(pos.get('slope'))}",
+        f"[demo] recalibration report: {out / 'report.md'} ({out / 'report.json'}, plots {', '.join(r['plots'].values())})",
+    ])
+
+
 def run_demo(output: str, overrides: list[str] | None = None, quick: bool = False, train_labels: str = "construction") -> int:
     """`train_labels="judge"` distils from the offline judges' labels instead of the construction
     labels; with SmolLM2 + the verifier those only mark miscalculations, and the student stays
@@ -70,11 +119,12 @@ def run_demo(output: str, overrides: list[str] | None = None, quick: bool = Fals
     print(f"[demo] distilling {cfg.model.backbone} (LoRA={cfg.lora.enabled}, top_layers={cfg.lora.top_layers}) for up to {cfg.train.max_steps} steps / {cfg.train.max_minutes} min")
     summary = train(cfg)
 
-    engine = PRMEngine.from_checkpoint(cfg.train.output_dir)
+    engine = CachedScores(PRMEngine.from_checkpoint(cfg.train.output_dir))
     rep = evaluate_files(engine, [str(data / "test.jsonl")])
     write_json(out / "report.json", rep)
     print("[demo] held-out test split (threshold chosen on the dev split during training):")
     print(format_report(rep))
+    print(recalibration_round(cfg.train.output_dir, data / "test.jsonl", out / "recalibration", engine))
     from .demo_serve import serve_and_score
     from .records import read_jsonl
 

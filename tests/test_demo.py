@@ -17,6 +17,13 @@ def test_demo_generates_trains_evaluates_and_shapes(tiny_backbone, tmp_path, cap
     assert (out / "data" / "train.judge.jsonl").is_file()
     assert "labelled 60 training rollouts" in printed and "agreement with the construction labels" in printed
     assert "6 trajectories scored over HTTP" in printed and "latency per request: p50" in printed
+    recal = json.loads((out / "recalibration" / "report.json").read_text())
+    assert recal["n_items"] == 30 and recal["drift"] == [] and recal["previous"] is None
+    assert recal["calibration"]["adopted"] is False  # the demo never adopts: the test split stays clean
+    assert json.loads((out / "model" / "prm_distill.json").read_text())["calibration"] is None
+    for name in ("report.md", "reliability.png", "score_histogram.png", "position.png"):
+        assert (out / "recalibration" / name).read_bytes()[:4] == b"\x89PNG" or name == "report.md"
+    assert "recalibration round on the test split" in printed and f"recalibration report: {out / 'recalibration' / 'report.md'}" in printed
     table = printed.split("shaped advantages per mode:")[1]
     for mode in ("process_weighted", "gvpo", "additive"):
         assert table.count(mode) == 2  # one correct and one wrong trajectory per mode
