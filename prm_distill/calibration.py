@@ -142,8 +142,8 @@ def fit(method: str, probs: Sequence[float], labels: Sequence[float]) -> dict[st
 # -- stored in the sidecar ---------------------------------------------------------------------------
 
 
-def write_calibration(model_dir: str | os.PathLike, calibration: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """Store a calibration (None removes it) in the model's sidecar with the next version number.
+def write_calibration(model_dir: str | os.PathLike, calibration: Mapping[str, Any]) -> dict[str, Any]:
+    """Store a calibration in the model's sidecar with the next version number.
 
     Read-modify-write under an exclusive lock on `prm_distill.json.lock`, so two writers never lose
     each other's version; the file itself is replaced atomically, so readers (engines reloading
@@ -151,22 +151,19 @@ def write_calibration(model_dir: str | os.PathLike, calibration: Mapping[str, An
     """
     from .checkpoint import SIDECAR_NAME, read_sidecar, write_sidecar
 
+    if calibration is None:
+        raise CalibrationError("write_calibration needs a calibration")
     validate(calibration)
     lock_path = Path(model_dir) / f"{SIDECAR_NAME}.lock"
     with open(lock_path, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             sidecar = read_sidecar(model_dir)
-            previous = sidecar_version(sidecar)
-            if calibration is None:
-                stored = None
-                sidecar.training = {**sidecar.training, "calibration_removed_version": int(previous) + 1}
-            else:
-                stored = {
-                    **dict(calibration),
-                    "version": int(previous) + 1,
-                    "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                }
+            stored = {
+                **dict(calibration),
+                "version": version_of(sidecar.calibration) + 1,
+                "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            }
             sidecar.calibration = stored
             write_sidecar(model_dir, sidecar)
         finally:
@@ -177,13 +174,6 @@ def write_calibration(model_dir: str | os.PathLike, calibration: Mapping[str, An
 def version_of(calibration: Mapping[str, Any] | None) -> int:
     """The version of a stored calibration; 0 for none."""
     return int(calibration.get("version", 0)) if calibration else 0
-
-
-def sidecar_version(sidecar: Any) -> int:
-    """The calibration version of a sidecar: that of its calibration, or of the last removal, or 0."""
-    if sidecar.calibration:
-        return int(sidecar.calibration.get("version", 0))
-    return int(sidecar.training.get("calibration_removed_version", 0))
 
 
 class CalibrationWatch:
@@ -243,7 +233,6 @@ __all__ = [
     "fit",
     "fit_isotonic",
     "fit_temperature",
-    "sidecar_version",
     "validate",
     "version_of",
     "write_calibration",

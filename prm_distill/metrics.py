@@ -19,7 +19,8 @@ import numpy as np
 NAN = float("nan")
 
 
-def _supervised(scores: Sequence[Sequence[float]], labels: Sequence[Sequence[float | None] | None]):
+def supervised(scores: Sequence[Sequence[float]], labels: Sequence[Sequence[float | None] | None]) -> tuple[np.ndarray, np.ndarray]:
+    """Flat (scores, labels) of the supervised steps (label not None; a None label list is skipped)."""
     p, y = [], []
     for ss, ls in zip(scores, labels):
         if ls is None:
@@ -35,7 +36,7 @@ def step_auroc(scores, labels) -> float:
     """AUROC of step scores against good/bad labels (NaN when only one class is present)."""
     from sklearn.metrics import roc_auc_score
 
-    p, y = _supervised(scores, labels)
+    p, y = supervised(scores, labels)
     keep = y != 0.5
     p, yb = p[keep], y[keep] > 0.5
     if yb.all() or not yb.any():
@@ -44,25 +45,34 @@ def step_auroc(scores, labels) -> float:
 
 
 def step_accuracy(scores, labels, threshold: float = 0.5) -> float:
-    p, y = _supervised(scores, labels)
+    """Share of supervised, non-neutral steps where (score >= threshold) == (label > 0.5): the
+    student's agreement with the labels at that threshold."""
+    p, y = supervised(scores, labels)
     keep = y != 0.5
     if not keep.any():
         return NAN
     return float(np.mean((p[keep] >= threshold) == (y[keep] > 0.5)))
 
 
-def expected_calibration_error(scores, labels, n_bins: int = 10) -> float:
-    """Sum over equal-width bins of (bin share) x |mean score - mean label|."""
-    p, y = _supervised(scores, labels)
-    if p.size == 0:
-        return NAN
-    bins = np.minimum((p * n_bins).astype(int), n_bins - 1)
-    ece = 0.0
+def reliability(scores, labels, n_bins: int = 10) -> list[dict[str, float]]:
+    """Per equal-width score bin: its range, number of supervised steps, mean score and mean label."""
+    p, y = supervised(scores, labels)
+    idx = np.minimum((p * n_bins).astype(int), n_bins - 1)
+    out = []
     for b in range(n_bins):
-        m = bins == b
-        if m.any():
-            ece += m.mean() * abs(p[m].mean() - y[m].mean())
-    return float(ece)
+        m = idx == b
+        out.append({"lo": b / n_bins, "hi": (b + 1) / n_bins, "n": int(m.sum()),
+                    "mean_score": float(p[m].mean()) if m.any() else NAN, "mean_label": float(y[m].mean()) if m.any() else NAN})
+    return out
+
+
+def expected_calibration_error(scores, labels, n_bins: int = 10) -> float:
+    """Sum over the reliability bins of (bin share) x |mean score - mean label|."""
+    bins = reliability(scores, labels, n_bins)
+    total = sum(b["n"] for b in bins)
+    if total == 0:
+        return NAN
+    return float(sum(b["n"] / total * abs(b["mean_score"] - b["mean_label"]) for b in bins if b["n"]))
 
 
 def first_below(scores: Sequence[float], threshold: float) -> int:

@@ -13,10 +13,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import calibration as cal
-from ..metrics import expected_calibration_error
+from ..metrics import expected_calibration_error, reliability, supervised
 from ..records import Trajectory
 from .config import CalibrationSettings
-from .stats import reliability, split_ids, supervised
+from .stats import split_ids
 
 ADOPTION_RULE = "adopted only with --adopt and when ece_after < ece_before (strictly) on the evaluation split"
 

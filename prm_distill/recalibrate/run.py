@@ -21,7 +21,8 @@ import numpy as np
 
 from .. import calibration as cal
 from ..checkpoint import read_sidecar
-from ..metrics import expected_calibration_error
+from ..metrics import expected_calibration_error, reliability, supervised
+from ..metrics import step_accuracy as agreement
 from ..metrics import report as metrics_report
 from ..records import Trajectory, load_records, write_jsonl
 from . import drift
@@ -30,7 +31,7 @@ from .audits import run_audits
 from .config import RecalibrateConfig
 from .plots import draw_all
 from .report import KIND, newest_report, previous_entry, write_report
-from .stats import agreement, histogram, label_distribution, position_profile, reliability, supervised
+from .stats import histogram, label_distribution, position_profile
 
 log = logging.getLogger("prm_distill.recalibrate")
 TRAINING_IDS = "training_ids.txt"
@@ -157,7 +158,7 @@ def run_recalibration(
         "created_at": datetime.now(timezone.utc).isoformat(timespec="microseconds"),
         "model": str(model), "heldout": str(heldout), "format": fmt,
         "scores_source": f"served scores: raw model P(good) through the sidecar calibration at run time ({cal.describe(current)})",
-        "sidecar_calibration_version": cal.sidecar_version(sidecar),
+        "sidecar_calibration_version": cal.version_of(sidecar.calibration),
         "threshold": threshold, "threshold_raw": raw_threshold,
         "threshold_source": "checkpoint" if sidecar.threshold is not None else "default 0.5",
         **{k: metrics[k] for k in ("auroc", "ece", "mean_score", "processbench_f1", "acc_erroneous", "acc_correct", "n_items", "n_steps")},

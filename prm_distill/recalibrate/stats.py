@@ -1,8 +1,9 @@
 """Small numeric pieces of a recalibration report: agreement, label shares, histograms, bins, split.
 
 Pure functions over per-trajectory score and label lists, so the report, the audits and the tests
-compute them one way. Conventions follow `prm_distill.metrics`: a supervised step has a label that
-is not None; it is good above 0.5, bad below, neutral at exactly 0.5.
+compute them one way. Supervised steps, agreement (`step_accuracy`) and reliability bins come from
+`prm_distill.metrics`, whose conventions these follow: a supervised step has a label that is not
+None; it is good above 0.5, bad below, neutral at exactly 0.5.
 """
 
 from __future__ import annotations
@@ -15,26 +16,6 @@ import numpy as np
 
 NAN = float("nan")
 Labels = Sequence[float | None] | None
-
-
-def supervised(scores: Sequence[Sequence[float]], labels: Sequence[Labels]) -> tuple[np.ndarray, np.ndarray]:
-    """Flat (scores, labels) of the supervised steps."""
-    p, y = [], []
-    for ss, ls in zip(scores, labels):
-        for s, lab in zip(ss, ls or []):
-            if lab is not None:
-                p.append(s)
-                y.append(lab)
-    return np.asarray(p, dtype=float), np.asarray(y, dtype=float)
-
-
-def agreement(scores: Sequence[Sequence[float]], labels: Sequence[Labels], threshold: float) -> float:
-    """Share of supervised, non-neutral steps where (score >= threshold) == (label > 0.5); NaN if none."""
-    p, y = supervised(scores, labels)
-    keep = y != 0.5
-    if not keep.any():
-        return NAN
-    return float(np.mean((p[keep] >= threshold) == (y[keep] > 0.5)))
 
 
 def label_distribution(labels: Iterable[Labels]) -> dict[str, float]:
@@ -56,18 +37,6 @@ def histogram(scores: Sequence[Sequence[float]], bins: int) -> dict[str, list]:
     flat = [s for ss in scores for s in ss]
     counts, edges = np.histogram(np.clip(flat, 0.0, 1.0), bins=bins, range=(0.0, 1.0))
     return {"edges": [round(float(e), 6) for e in edges], "counts": [int(c) for c in counts]}
-
-
-def reliability(scores: Sequence[Sequence[float]], labels: Sequence[Labels], n_bins: int) -> list[dict[str, float]]:
-    """Per equal-width score bin: its range, number of supervised steps, mean score and mean label."""
-    p, y = supervised(scores, labels)
-    idx = np.minimum((p * n_bins).astype(int), n_bins - 1) if p.size else np.zeros(0, dtype=int)
-    out = []
-    for b in range(n_bins):
-        m = idx == b
-        out.append({"lo": b / n_bins, "hi": (b + 1) / n_bins, "n": int(m.sum()),
-                    "mean_score": float(p[m].mean()) if m.any() else NAN, "mean_label": float(y[m].mean()) if m.any() else NAN})
-    return out
 
 
 def position_profile(scores: Sequence[Sequence[float]], n_bins: int) -> dict:

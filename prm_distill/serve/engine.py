@@ -88,13 +88,13 @@ class PRMEngine:
     def from_checkpoint(cls, model_dir: str | Path, *, device: str = "auto", dtype: str | None = None,
                         max_batch_tokens: int = 16384, cpu_kernels: str = "onednn") -> "PRMEngine":
         """`dtype`: None, auto, float32, bfloat16, float16 (see `resolve_dtype`). `cpu_kernels`: onednn | torch."""
+        if cpu_kernels not in ("onednn", "torch"):
+            raise ValueError(f"cpu_kernels must be onednn or torch, got {cpu_kernels!r}")
         device = _pick_device(device)
         torch_dtype = resolve_dtype(dtype, device)
         model, tok, sidecar = load_checkpoint(model_dir, device=device, dtype=torch_dtype)
         if device == "cpu" and torch_dtype == torch.float32 and cpu_kernels == "onednn":
             model = onednn_linears(model)
-        elif cpu_kernels not in ("onednn", "torch"):
-            raise ValueError(f"cpu_kernels must be onednn or torch, got {cpu_kernels!r}")
         calib.validate(sidecar.calibration, f"{model_dir}: calibration")
         log.info("engine: %s on %s in %s", Path(model_dir).name, device, str(torch_dtype).removeprefix("torch."))
         return cls(model, tok, sidecar, max_batch_tokens=max_batch_tokens, model_id=Path(model_dir).name, model_dir=model_dir)
