@@ -50,10 +50,18 @@ class RecalibrationSchedule:
         self._last_step: int | None = None
         self._closed = False
         self.results: list[ScheduledRun] = []
-        self.skipped = 0
         self.skipped_steps: list[int] = []
-        self.failures = 0
         self.last_error: str | None = None
+
+    @property
+    def skipped(self) -> int:
+        """Due steps skipped because a round was still running."""
+        return len(self.skipped_steps)
+
+    @property
+    def failures(self) -> int:
+        """Rounds that raised."""
+        return sum(run.ok is False for run in self.results)
 
     @classmethod
     def for_checkpoint(
@@ -99,7 +107,6 @@ class RecalibrationSchedule:
                 return False
             self._last_step = step
             if self.running:
-                self.skipped += 1
                 self.skipped_steps.append(step)
                 log.info("%s due at step %d skipped: the round started at step %d is still running", self.name, step, self.results[-1].step)
                 return False
@@ -116,7 +123,6 @@ class RecalibrationSchedule:
         except Exception as e:  # reported, never raised into the training loop
             record.ok = False
             record.error = f"{type(e).__name__}: {e}"
-            self.failures += 1
             self.last_error = record.error
             log.exception("%s at step %d failed", self.name, record.step)
         finally:
