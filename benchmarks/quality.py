@@ -1,0 +1,122 @@
+"""Reward quality on real reasoning: ProcessBench F1 and step AUROC of a checkpoint, with the model
+alone, the verifier alone and the two composed (the checkpoint's rule), each with its threshold
+chosen on the dev split of the training sources, never on ProcessBench (a test set).
+
+    python benchmarks/quality.py --model runs/recipe-cpu --dev runs/data/gsm8k/dev.jsonl --dev runs/data/prmbench/dev.jsonl \
+        --test ../shared/data/processbench/gsm8k.json --test ../shared/data/processbench/math.json [--snapshots runs/recipe-cpu/snapshots]
+
+Prints one table (and writes --output JSON). With --snapshots, every exported snapshot is scored too:
+the learning curve (F1 and AUROC against training tokens).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+from prm_distill.atomic import write_json
+from prm_distill.checkpoint import read_sidecar
+from prm_distill.metrics import best_threshold, report
+from prm_distill.records import load_records
+from prm_distill.serve import PRMEngine
+from prm_distill.verify import DEFAULT_CAP, apply_rule, rule
+
+VARIANTS = ("student", "verifier", "composed")
+
+
+def _dev_sample(paths: list[str], limit: int | None, seed: int = 0):
+    """Whole questions of the dev files, seeded (the same sample for every checkpoint)."""
+    records = [r for p in paths for r in load_records(p, "jsonl")]
+    if limit is None or len(records) <= limit:
+        return records
+    questions = sorted({r.question for r in records})
+    random.Random(seed).shuffle(questions)
+    keep, n = set(), 0
+    by_q: dict[str, int] = {}
+    for r in records:
+        by_q[r.question] = by_q.get(r.question, 0) + 1
+    for q in questions:
+        if n >= limit:
+            break
+        keep.add(q)
+        n += by_q[q]
+    return [r for r in records if r.question in keep]
+
+
+def _variants(engine: PRMEngine, records, cap: float) -> dict[str, list[list[float]]]:
+    items = [(r.question, r.steps) for r in records]
+    alone = engine.score(items)  # engine built with verifier=False: the model's scores
+    ones = [[1.0] * len(s) for s in alone]
+    return {"student": alone, "verifier": apply_rule(rule(cap), items, ones), "composed": apply_rule(rule(cap), items, alone)}
+
+
+def evaluate_checkpoint(model: str, dev_files: list[str], tests: list[str], dev_limit: int | None, cap: float) -> dict:
+    engine = PRMEngine.from_checkpoint(model, device="cpu", verifier=False)
+    t0 = time.time()
+    dev = _dev_sample(dev_files, dev_limit)
+    dev_scores = _variants(engine, dev, cap)
+    thresholds = {v: (0.5 if v == "verifier" else best_threshold(dev_scores[v], [r.first_error for r in dev])) for v in VARIANTS}
+    tr = read_sidecar(model).training
+    out: dict = {"model": model, "training": {"steps": tr.get("steps", tr.get("step")), "tokens_seen": tr.get("tokens_seen"), "train_wall_s": tr.get("train_wall_s")},
+                 "thresholds": thresholds, "dev": {}, "test": {}, "n_dev": len(dev)}
+    for v in VARIANTS:
+        out["dev"][v] = report(dev_scores[v], [r.labels for r in dev], [r.first_error for r in dev], thresholds[v])
+    for path in tests:
+        recs = load_records(path, "processbench")
+        scores = _variants(engine, recs, cap)
+        out["test"][Path(path).stem] = {v: report(scores[v], [r.labels for r in recs], [r.first_error for r in recs], thresholds[v]) for v in VARIANTS}
+    out["eval_wall_s"] = round(time.time() - t0, 1)
+    return out
+
+
+def table(res: dict) -> str:
+    lines = [f"{'split':10}{'scores':10}{'F1':>8}{'acc_err':>9}{'acc_ok':>8}{'AUROC':>8}{'thresh':>8}"]
+    for split, by_v in [("dev", res["dev"])] + list(res["test"].items()):
+        for v in VARIANTS:
+            r = by_v[v]
+            f = lambda x: "n/a" if x is None or x != x else f"{x:.3f}"  # noqa: E731
+            lines.append(f"{split:10}{v:10}{f(r['processbench_f1']):>8}{f(r['acc_erroneous']):>9}{f(r['acc_correct']):>8}{f(r['auroc']):>8}{f(r['threshold']):>8}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True)
+    p.add_argument("--dev", action="append", required=True, help="dev split of the training sources (thresholds are chosen here)")
+    p.add_argument("--test", action="append", required=True, help="ProcessBench file (never used to choose anything)")
+    p.add_argument("--dev-limit", type=int, default=600, help="score at most this many dev records (whole questions, seeded)")
+    p.add_argument("--cap", type=float, default=None, help="verifier cap (default: the checkpoint's rule, else 0.1)")
+    p.add_argument("--snapshots", help="folder of training snapshots (step-N): the learning curve")
+    p.add_argument("--curve-test", action="append", help="test files for the learning curve (default: the first --test)")
+    p.add_argument("--output", help="JSON report")
+    a = p.parse_args(argv)
+    side = read_sidecar(a.model)
+    cap = a.cap if a.cap is not None else (side.verifier or {}).get("cap", DEFAULT_CAP)
+    res = evaluate_checkpoint(a.model, a.dev, a.test, a.dev_limit, cap)
+    print(f"model {a.model}: {res['training']}  (dev {res['n_dev']} records, cap {cap}, eval {res['eval_wall_s']} s)")
+    print(table(res), flush=True)
+    if a.snapshots:
+        curve = []
+        snaps = sorted(Path(a.snapshots).glob("step-*"), key=lambda x: int(x.name.split("-")[1]))
+        for snap in snaps:
+            r = evaluate_checkpoint(str(snap), a.dev, a.curve_test or a.test[:1], a.dev_limit, cap)
+            curve.append(r)
+            print(f"\n{snap.name}: {r['training']}\n{table(r)}", flush=True)
+        curve.append(res)
+        res["curve"] = [{"step": r["training"]["steps"], "tokens_seen": r["training"]["tokens_seen"],
+                         **{f"{split}/{v}/{k}": r["test"][split][v][k] for split in r["test"] for v in VARIANTS for k in ("processbench_f1", "auroc")}} for r in curve]
+        print("\nlearning curve (test F1 / AUROC, thresholds from dev):")
+        for row in res["curve"]:
+            print(json.dumps(row))
+    if a.output:
+        write_json(a.output, res)
+        print(f"report: {a.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,208 @@
+"""`prm-distill data ...`: step-labelled trajectories from worked solutions, with first-error variants.
+
+Originals are kept with every step labelled good. Each variant goes wrong at one real step (label
+0), keeps the steps before it (1) and carries the wrong value through the rest, which stay
+unsupervised (null): after a first error nothing is known about a step, as in ProcessBench.
+Output: `train.jsonl` and `dev.jsonl` (dev = whole questions held out) and `summary.json`.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from ..atomic import write_json
+from ..records import RecordError, Trajectory, iter_jsonl, split_by_question, write_jsonl
+from .perturb import KINDS, NUMBER, Perturber, mark_statements
+
+log = logging.getLogger("prm_distill.data")
+_ANSWER_STYLES = ("The answer is {a}.", "So the answer is {a}.", "Therefore, the final answer is $\\boxed{{{a}}}$.")
+
+
+@dataclass
+class BuildConfig:
+    variants: int = field(default=3, metadata={"help": "First-error variants per solution (each of a different kind where possible)."})
+    kinds: list[str] = field(default_factory=lambda: list(KINDS), metadata={"help": f"Error kinds to use: {', '.join(KINDS)}."})
+    seed: int = field(default=0, metadata={"help": "Seed of the variant choices and of the dev split."})
+    dev_fraction: float = field(default=0.05, metadata={"help": "Share of questions held out (whole questions) as dev.jsonl."})
+    limit: int | None = field(default=None, metadata={"help": "Read at most this many input records."})
+
+    def __post_init__(self) -> None:
+        bad = [k for k in self.kinds if k not in KINDS]
+        if bad:
+            raise ValueError(f"unknown error kind(s) {bad}; known: {', '.join(KINDS)}")
+        if self.variants < 0:
+            raise ValueError("variants must be >= 0")
+        if not 0.0 <= self.dev_fraction < 1.0:
+            raise ValueError("dev_fraction must be in [0, 1)")
+
+
+@dataclass
+class Source:
+    """One worked solution: lines may hold `<<expr=result>>` marks."""
+
+    id: str
+    question: str
+    lines: list[str]
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+_FINAL = re.compile(r"^####\s*(.*?)\s*$")
+
+
+def read_gsm8k(path: str | Path, limit: int | None = None) -> tuple[list[Source], list[str]]:
+    """GSM8K lines (`question`, `answer` ending in `#### N`); a bad line is skipped and named."""
+    out, skipped = [], []
+    for lineno, obj in iter_jsonl(path):
+        if limit is not None and len(out) >= limit:
+            break
+        where = f"{path}:{lineno}"
+        if not isinstance(obj, dict) or not isinstance(obj.get("question"), str) or not obj["question"].strip():
+            skipped.append(f"{where}: no 'question' string")
+            continue
+        answer = obj.get("answer")
+        if not isinstance(answer, str) or not answer.strip():
+            skipped.append(f"{where}: empty solution")
+            continue
+        lines = [x.strip() for x in answer.strip().split("\n") if x.strip()]
+        m = _FINAL.match(lines[-1]) if lines else None
+        if m is None:
+            skipped.append(f"{where}: no final '#### <answer>' line")
+            continue
+        final = m.group(1).replace(",", "")
+        if not NUMBER.fullmatch(final.lstrip("-")):
+            skipped.append(f"{where}: non-numeric final answer {m.group(1)!r}")
+            continue
+        if len(lines) < 2:
+            skipped.append(f"{where}: a solution without reasoning lines")
+            continue
+        out.append(Source(id=f"gsm8k-{lineno}", question=obj["question"].strip(), lines=lines[:-1] + [f"#### {final}"], metadata={"source": "gsm8k", "answer": final}))
+    return out, skipped
+
+
+def _with_final_sentence(lines: list[str], rng: random.Random) -> list[str]:
+    """`#### 72` becomes a sentence, as a policy writes its last step."""
+    last = _FINAL.match(lines[-1])
+    if last is None:
+        return lines
+    return lines[:-1] + [rng.choice(_ANSWER_STYLES).format(a=last.group(1))]
+
+
+def _strip_marks(text: str) -> str:
+    return re.sub(r"<<[^<>]*>>", "", text)
+
+
+def variants_of(src: Source, cfg: BuildConfig, rng: random.Random, counts: Counter) -> list[Trajectory]:
+    """The original (all good) and up to cfg.variants first-error variants of distinct kinds."""
+    lines = _with_final_sentence(src.lines, rng)
+    steps = [_strip_marks(x).strip() for x in lines]
+    out = [Trajectory(id=f"{src.id}-orig", question=src.question, steps=steps, labels=[1.0] * len(steps), outcome=1.0, metadata={**src.metadata, "kind": "original"})]
+    pert = Perturber(src.question, lines, rng)
+    kinds = list(cfg.kinds)
+    rng.shuffle(kinds)
+    made = 0
+    for kind in kinds:
+        if made >= cfg.variants:
+            break
+        cands = pert.candidates(kind)
+        if not cands:
+            counts[f"{kind}.skipped"] += 1
+            continue
+        line, comp = rng.choice(cands)
+        v = pert.make(kind, line, comp)
+        if v is None or any(not s.strip() for s in v.lines):
+            counts[f"{kind}.skipped"] += 1
+            continue
+        vsteps = [x.strip() for x in v.lines]
+        if vsteps[v.line] == steps[v.line] or any(vsteps == r.steps for r in out):  # unchanged, or the same as another kind's
+            counts[f"{kind}.skipped"] += 1
+            continue
+        labels: list[float | None] = [1.0] * v.line + [0.0] + [None] * (len(vsteps) - v.line - 1)
+        out.append(Trajectory(id=f"{src.id}-{kind}", question=src.question, steps=vsteps, labels=labels, outcome=None,
+                              metadata={**src.metadata, "kind": kind, "error_step": v.line, "detail": {k: str(x) for k, x in v.detail.items()}}))
+        counts[f"{kind}.made"] += 1
+        made += 1
+    return out
+
+
+def _build(sources: Iterable[Source], extra: list[Trajectory], out_dir: str | Path, cfg: BuildConfig, skipped: list[str], origin: str) -> dict:
+    rng = random.Random(cfg.seed)
+    counts: Counter = Counter()
+    records = list(extra)
+    n_sources = 0
+    for src in sources:
+        n_sources += 1
+        records += variants_of(src, cfg, rng, counts)
+    for s in skipped[:20]:
+        log.warning("skipped %s", s)
+    if len(skipped) > 20:
+        log.warning("... and %d more skipped lines", len(skipped) - 20)
+    train, dev = split_by_question(records, cfg.dev_fraction, cfg.seed)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    write_jsonl(train, out / "train.jsonl")
+    write_jsonl(dev, out / "dev.jsonl")
+    kinds = {k: {"made": counts[f"{k}.made"], "skipped": counts[f"{k}.skipped"]} for k in cfg.kinds}
+    label_counts = Counter("good" if lab > 0.5 else "bad" if lab < 0.5 else "neutral" for r in records for lab in (r.labels or []) if lab is not None)
+    summary = {
+        "source": origin,
+        "solutions": n_sources,
+        "skipped_lines": len(skipped),
+        "skipped": skipped[:100],
+        "records": len(records),
+        "originals": sum(r.metadata.get("kind") == "original" for r in records),
+        "variants": kinds,
+        "extra_records": len(extra),
+        "labels": dict(label_counts),
+        "unsupervised_steps": sum(lab is None for r in records for lab in (r.labels or [])),
+        "train_records": len(train),
+        "dev_records": len(dev),
+        "dev_questions": len({r.question for r in dev}),
+        "config": {"variants": cfg.variants, "kinds": cfg.kinds, "seed": cfg.seed, "dev_fraction": cfg.dev_fraction},
+    }
+    write_json(out / "summary.json", summary)
+    return summary
+
+
+def build_from_gsm8k(path: str | Path, out_dir: str | Path, cfg: BuildConfig) -> dict:
+    sources, skipped = read_gsm8k(path, cfg.limit)
+    return _build(sources, [], out_dir, cfg, skipped, f"gsm8k: {path}")
+
+
+def sources_from_steps(records: Iterable[Trajectory]) -> list[Source]:
+    """Plain step lists (no marks): arithmetic statements get marks so they can vary."""
+    return [Source(id=r.id.removesuffix("-orig"), question=r.question, lines=[mark_statements(s) for s in r.steps], metadata={k: v for k, v in r.metadata.items() if k == "source"}) for r in records]
+
+
+def build_from_steps(records: list[Trajectory], out_dir: str | Path, cfg: BuildConfig, origin: str, keep_given: bool = True) -> dict:
+    """Variants of the all-good records (labels all 1, or none); with keep_given, the given
+    labelled records (e.g. PRMBench's modified processes) are written too."""
+    originals = [r for r in records if r.labels is None or all(lab == 1.0 for lab in r.labels)]
+    given = [r for r in records if r not in originals] if keep_given else []
+    if cfg.limit is not None:
+        originals = originals[: cfg.limit]
+    return _build(sources_from_steps(originals), given, out_dir, cfg, [], origin)
+
+
+def read_step_records(paths: list[str], fmt: str) -> list[Trajectory]:
+    """Records for `data steps`/`data prmbench`: any format the trainer reads; a bad line is an error
+    of the reader (PRMBench's reader skips and counts invalid items itself)."""
+    from ..records import load_records
+
+    out: list[Trajectory] = []
+    seen: set[tuple[str, tuple[str, ...]]] = set()
+    for p in paths:
+        for r in load_records(p, fmt):
+            key = (r.question, tuple(r.steps))
+            if key in seen:  # PRMBench repeats each original once per error type
+                continue
+            seen.add(key)
+            out.append(r)
+    if not out:
+        raise RecordError(f"no records in {', '.join(paths)}")
+    return out

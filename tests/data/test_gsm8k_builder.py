@@ -1,0 +1,133 @@
+"""The GSM8K process-data builder: originals all good, first-error variants whose later steps carry
+the wrong value forward (unsupervised), counted skips, bad lines named. Expected values are worked
+out by hand from the solutions below."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+
+import pytest
+
+from prm_distill.cli import main
+from prm_distill.data.build import BuildConfig, Source, read_gsm8k, variants_of
+from prm_distill.data.perturb import Perturber, evaluate, fmt, mark_statements
+from prm_distill.records import read_jsonl
+
+NATALIA_Q = "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many clips did Natalia sell altogether in April and May?"
+NATALIA_A = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nNatalia sold 48+24 = <<48+24=72>>72 clips altogether in April and May.\n#### 72"
+BETTY_Q = "Betty needs $100 for a wallet. She has half of it, her parents give her $15 and her grandparents give her $30. How much more does she need?"
+BETTY_A = "In the beginning, Betty has only 100 / 2 = $<<100/2=50>>50.\nBetty needs 100 - 50 - 30 - 15 = $<<100-50-30-15=5>>5 more.\n#### 5"
+
+
+def _lines(answer: str) -> list[str]:
+    lines = answer.split("\n")
+    return lines[:-1] + ["The answer is " + lines[-1].removeprefix("#### ") + "."]
+
+
+def test_wrong_operation_changes_the_step_and_carries_the_value_forward():
+    p = Perturber(NATALIA_Q, _lines(NATALIA_A), random.Random(0))
+    v = p.make("wrong_operation", 1, 0)
+    assert v.lines == ["Natalia sold 48/2 = 24 clips in May.", "Natalia sold 48-24 = 24 clips altogether in April and May.", "The answer is 24."]
+
+
+def test_misread_relation_half_read_as_twice_and_later_steps_follow():
+    p = Perturber(NATALIA_Q, _lines(NATALIA_A), random.Random(0))
+    v = p.make("misread_relation", 0, 0)
+    # "half as many" misread: 48 * 2 = 96, then 48 + 96 = 144 and the answer 144
+    assert v.lines == ["Natalia sold 48*2 = 96 clips in May.", "Natalia sold 48+96 = 144 clips altogether in April and May.", "The answer is 144."]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_miscalculation_keeps_the_expression_and_later_steps_use_the_wrong_value(seed):
+    p = Perturber(NATALIA_Q, _lines(NATALIA_A), random.Random(seed))
+    v = p.make("miscalculation", 0, 0)
+    wrong = v.lines[0].split("= ")[1].split(" ")[0]
+    assert v.lines[0] == f"Natalia sold 48/2 = {wrong} clips in May." and wrong != "24"
+    total = fmt(evaluate(f"48+{wrong}"))
+    assert v.lines[1] == f"Natalia sold 48+{wrong} = {total} clips altogether in April and May."
+    assert v.lines[2] == f"The answer is {total}."
+
+
+def test_wrong_quantity_copies_a_number_wrongly_from_the_question():
+    p = Perturber(BETTY_Q, _lines(BETTY_A), random.Random(1))
+    v = p.make("wrong_quantity", 1, 0)
+    # one of 100, 50(not in question), 30, 15 replaced in 100 - 50 - 30 - 15, the result recomputed
+    step = v.lines[1]
+    expr, result = step.removeprefix("Betty needs ").split(" = $")
+    assert expr != "100 - 50 - 30 - 15"
+    assert fmt(evaluate(expr)) == result.removesuffix(" more.")
+    assert v.lines[2] == f"The answer is {result.removesuffix(' more.')}."
+
+
+def test_dropped_term_leaves_one_condition_out():
+    p = Perturber(BETTY_Q, _lines(BETTY_A), random.Random(0))
+    v = p.make("dropped_term", 1, 0)
+    options = {"100 - 30 - 15 = $55", "100 - 50 - 15 = $35", "100 - 50 - 30 = $20"}
+    shown = v.lines[1].removeprefix("Betty needs ").removesuffix(" more.")
+    assert shown in options
+    assert v.lines[2] == f"The answer is {shown.split('$')[1]}."
+
+
+def test_a_kind_that_does_not_apply_is_skipped_not_faked():
+    lines = ["Tom has three apples and two pears.", "So he has some fruit.", "The answer is 5."]
+    p = Perturber("Tom has 3 apples and 2 pears. How many fruits?", lines, random.Random(0))
+    for kind in ("miscalculation", "wrong_quantity", "wrong_operation", "misread_relation", "dropped_term"):
+        assert p.candidates(kind) == []
+    counts: Counter = Counter()
+    recs = variants_of(Source("t", "Tom has 3 apples and 2 pears. How many fruits?", lines[:2] + ["#### 5"]), BuildConfig(variants=3), random.Random(0), counts)
+    assert [r.id for r in recs] == ["t-orig"] and recs[0].labels == [1.0, 1.0, 1.0]
+    assert all(counts[f"{k}.skipped"] == 1 for k in ("miscalculation", "wrong_quantity", "wrong_operation", "misread_relation", "dropped_term"))
+
+
+def test_variants_are_labelled_first_error_with_later_steps_unsupervised():
+    counts: Counter = Counter()
+    src = Source("n", NATALIA_Q, NATALIA_A.split("\n"))
+    recs = variants_of(src, BuildConfig(variants=5), random.Random(3), counts)
+    assert recs[0].labels == [1.0, 1.0, 1.0] and recs[0].steps[:2] == ["Natalia sold 48/2 = 24 clips in May.", "Natalia sold 48+24 = 72 clips altogether in April and May."]
+    assert "72" in recs[0].steps[2] and "<<" not in " ".join(recs[0].steps)
+    for r in recs[1:]:
+        k = r.metadata["error_step"]
+        assert r.labels == [1.0] * k + [0.0] + [None] * (2 - k)
+        assert r.steps[:k] == recs[0].steps[:k] and r.steps[k] != recs[0].steps[k]
+    assert len({tuple(r.steps) for r in recs}) == len(recs)  # no two variants alike
+    assert sum(counts[f"{k}.made"] for k in ("miscalculation", "wrong_quantity", "wrong_operation", "misread_relation", "dropped_term")) == len(recs) - 1
+
+
+def test_plain_steps_get_marks_so_they_vary_too():
+    assert mark_statements("So 60 * 7 = 420 seconds.") == "So 60 * 7 = <<60 * 7=420>>420 seconds."
+    p = Perturber("How many seconds are in 7 minutes?", [mark_statements("So 60 * 7 = 420 seconds."), "That is 420 seconds."], random.Random(0))
+    v = p.make("wrong_operation", 0, 0)
+    assert v.lines[0] == "So 60 / 7 = 8.57 seconds." and v.lines[1] == "That is 8.57 seconds."
+
+
+def test_bad_gsm8k_lines_are_skipped_and_named(tmp_path):
+    path = tmp_path / "g.jsonl"
+    rows = [
+        {"question": NATALIA_Q, "answer": NATALIA_A},
+        {"question": "Q2", "answer": "No final line here."},
+        {"question": "Q3", "answer": ""},
+        {"question": "Q4", "answer": "x = <<2+2=4>>4\n#### four"},
+        {"question": BETTY_Q, "answer": BETTY_A},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    sources, skipped = read_gsm8k(path)
+    assert [s.question for s in sources] == [NATALIA_Q, BETTY_Q]
+    assert skipped == [f"{path}:2: no final '#### <answer>' line", f"{path}:3: empty solution", f"{path}:4: non-numeric final answer 'four'"]
+
+
+def test_cli_writes_train_dev_and_summary_with_whole_questions_held_out(tmp_path, capsys):
+    path = tmp_path / "g.jsonl"
+    rows = [{"question": f"{NATALIA_Q} (copy {i})", "answer": NATALIA_A} for i in range(20)] + [{"question": "bad", "answer": "no answer"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out"
+    assert main(["data", "gsm8k", "--input", str(path), "--output", str(out), "--variants", "2", "--dev-fraction", "0.2"]) == 0
+    train, dev = read_jsonl(out / "train.jsonl"), read_jsonl(out / "dev.jsonl")
+    summary = json.loads((out / "summary.json").read_text())
+    assert {r.question for r in train}.isdisjoint({r.question for r in dev}) and len({r.question for r in dev}) == 4
+    assert summary["solutions"] == 20 and summary["skipped_lines"] == 1 and summary["originals"] == 20
+    assert summary["records"] == len(train) + len(dev) == 20 * 3
+    assert sum(v["made"] for v in summary["variants"].values()) == 40
+    assert summary["labels"]["bad"] == 40
+    assert "1 input lines skipped" in capsys.readouterr().out
