@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch is pinned: on these machines 2.13.0 is a local CPU build; an unpinned torch pulls a multi-GB CUDA build.
 TORCH ?= torch==2.13.0
 
-.PHONY: venv vllm-venv demo test bench clean
+.PHONY: venv vllm-venv demo test test-fast lint bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,15 @@ demo: venv
 
 test: venv vllm-venv
 	$(BIN)/python -m pytest -q
+
+# Everything but the tests marked slow (real backbones, vLLM, several processes, building a wheel).
+test-fast: venv
+	$(BIN)/python -m pytest -q -m "not slow"
+
+# ruff (lint + import order) and mypy, both configured in pyproject.toml.
+lint: venv
+	$(BIN)/ruff check prm_distill
+	$(BIN)/mypy
 
 bench: venv
 	$(BIN)/python benchmarks/scoring_throughput.py

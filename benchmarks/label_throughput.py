@@ -9,6 +9,7 @@ mode and their ratio. Every run starts from an empty cache, so each request real
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import socket
@@ -27,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def start_vllm() -> tuple[subprocess.Popen, str]:
     from prm_distill.backbones import resolve_backbone
-    import httpx
+    from prm_distill.serve.client import wait_until_ready
 
     py = ROOT / ".venv-vllm" / "bin" / "python"
     if not py.is_file():
@@ -41,14 +42,9 @@ def start_vllm() -> tuple[subprocess.Popen, str]:
         env={**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     t0 = time.time()
-    while time.time() - t0 < 240:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                print(f"vLLM judge server ready in {time.time() - t0:.0f}s", flush=True)
-                return proc, f"http://127.0.0.1:{port}/v1"
-        except httpx.HTTPError:
-            pass
-        time.sleep(2)
+    if asyncio.run(wait_until_ready(f"http://127.0.0.1:{port}", timeout_s=240, interval_s=2, alive=lambda: proc.poll() is None)):
+        print(f"vLLM judge server ready in {time.time() - t0:.0f}s", flush=True)
+        return proc, f"http://127.0.0.1:{port}/v1"
     proc.kill()
     sys.exit("vLLM server not ready after 240 s")
 

@@ -61,7 +61,8 @@ def evaluate_checkpoint(model: str, dev_files: list[str], tests: list[str], dev_
     dev_scores = _variants(engine, dev, cap)
     thresholds = {v: (0.5 if v == "verifier" else best_threshold(dev_scores[v], [r.first_error for r in dev])) for v in VARIANTS}
     tr = read_sidecar(model).training
-    out: dict = {"model": model, "training": {"steps": tr.get("steps", tr.get("step")), "tokens_seen": tr.get("tokens_seen"), "train_wall_s": tr.get("train_wall_s")},
+    training = {"steps": tr.get("steps", tr.get("step")), "tokens_seen": tr.get("tokens_seen"), "train_wall_s": tr.get("train_wall_s")}
+    out: dict = {"model": model, "training": training,
                  "thresholds": thresholds, "dev": {}, "test": {}, "n_dev": len(dev)}
     for v in VARIANTS:
         out["dev"][v] = report(dev_scores[v], [r.labels for r in dev], [r.first_error for r in dev], thresholds[v])
@@ -107,8 +108,9 @@ def main(argv: list[str] | None = None) -> int:
             curve.append(r)
             print(f"\n{snap.name}: {r['training']}\n{table(r)}", flush=True)
         curve.append(res)
+        keys = ("processbench_f1", "auroc")
         res["curve"] = [{"step": r["training"]["steps"], "tokens_seen": r["training"]["tokens_seen"],
-                         **{f"{split}/{v}/{k}": r["test"][split][v][k] for split in r["test"] for v in VARIANTS for k in ("processbench_f1", "auroc")}} for r in curve]
+                         **{f"{split}/{v}/{k}": r["test"][split][v][k] for split in r["test"] for v in VARIANTS for k in keys}} for r in curve]
         print("\nlearning curve (test F1 / AUROC, thresholds from dev):")
         for row in res["curve"]:
             print(json.dumps(row))

@@ -96,13 +96,12 @@ async def scorer_wall_http(url: str, checkpoint: Path, branches: list[list[Inter
 
 
 def http_wall(checkpoint: Path, branches: list[list[Interaction]], args: argparse.Namespace) -> float:
-    import httpx
-
+    from prm_distill.serve.client import wait_until_ready
     from prm_distill.serve.server import BackgroundServer, ServerConfig
 
     with BackgroundServer(ServerConfig(model=str(checkpoint), port=0, max_wait_ms=args.max_wait_ms)) as server:
-        while httpx.get(server.url + "/health").status_code != 200:
-            time.sleep(0.1)
+        if not asyncio.run(wait_until_ready(server.url, timeout_s=300)):
+            raise RuntimeError(f"the server at {server.url} did not become ready")
         return asyncio.run(scorer_wall_http(server.url, checkpoint, branches))
 
 

@@ -32,7 +32,7 @@ from scorer_overhead import export_checkpoint  # untrained head on a backbone, i
 from scoring_throughput import tiny_backbone, trajectory
 
 from prm_distill.backbones import cache_dir, resolve_backbone
-from prm_distill.serve.client import ClientConfig, PRMClient
+from prm_distill.serve.client import ClientConfig, PRMClient, wait_until_ready
 
 
 def bench_checkpoint(model: str | None, tiny: bool) -> Path:
@@ -53,12 +53,8 @@ def free_port() -> int:
 
 
 async def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 300) -> None:
-    async with PRMClient(url) as client:
-        deadline = time.monotonic() + timeout_s
-        while not await client.health():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the server at {url} did not become ready")
-            await asyncio.sleep(0.2)
+    if not await wait_until_ready(url, timeout_s, interval_s=0.2, alive=lambda: proc.poll() is None):
+        raise RuntimeError(f"the server at {url} did not become ready")
 
 
 def start_server(model: Path, port: int, extra: list[str]) -> subprocess.Popen:

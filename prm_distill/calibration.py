@@ -11,17 +11,15 @@ unchanged; only the probabilities move):
   needs more data.
 
 A sidecar calibration is a dict `{"method", "params", "version", ...}`; `version` goes up by one on
-every write, so a reader can tell a new calibration from the one it has.
+every write, so a reader can tell a new calibration from the one it has. This module is the maths
+only; storing a calibration in a sidecar and watching it change is `checkpoint.py`'s job
+(`write_calibration`, `CalibrationWatch`; the old names here still resolve to them).
 """
 
 from __future__ import annotations
 
-import fcntl
 import math
-import os
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -72,6 +70,11 @@ def apply(probs: Any, calibration: Mapping[str, Any] | None) -> np.ndarray:
         z = _logit(p)
         return 1.0 / (1.0 + np.exp(-z / float(params["temperature"])))
     return np.interp(p, np.asarray(params["x"], dtype=float), np.asarray(params["y"], dtype=float))
+
+
+def apply_each(scores: Sequence[Sequence[float]], calibration: Mapping[str, Any] | None) -> list[list[float]]:
+    """Calibrated copies (plain lists) of several trajectories' per-step scores."""
+    return [apply(s, calibration).tolist() for s in scores]
 
 
 def _logit(p: np.ndarray) -> np.ndarray:
@@ -139,80 +142,9 @@ def fit(method: str, probs: Sequence[float], labels: Sequence[float]) -> dict[st
     return {"method": method, "params": params, "n_fit_steps": len(probs)}
 
 
-# -- stored in the sidecar ---------------------------------------------------------------------------
-
-
-def write_calibration(model_dir: str | os.PathLike, calibration: Mapping[str, Any]) -> dict[str, Any]:
-    """Store a calibration in the model's sidecar with the next version number.
-
-    Read-modify-write under an exclusive lock on `prm_distill.json.lock`, so two writers never lose
-    each other's version; the file itself is replaced atomically, so readers (engines reloading
-    the calibration) see the old sidecar or the new one, never a half-written one.
-    """
-    from .checkpoint import SIDECAR_NAME, read_sidecar, write_sidecar
-
-    if calibration is None:
-        raise CalibrationError("write_calibration needs a calibration")
-    validate(calibration)
-    lock_path = Path(model_dir) / f"{SIDECAR_NAME}.lock"
-    with open(lock_path, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            sidecar = read_sidecar(model_dir)
-            stored = {
-                **dict(calibration),
-                "version": version_of(sidecar.calibration) + 1,
-                "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            }
-            sidecar.calibration = stored
-            write_sidecar(model_dir, sidecar)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-    return stored
-
-
 def version_of(calibration: Mapping[str, Any] | None) -> int:
     """The version of a stored calibration; 0 for none."""
     return int(calibration.get("version", 0)) if calibration else 0
-
-
-class CalibrationWatch:
-    """The current calibration of a checkpoint folder, re-read when its sidecar file changes.
-
-    `current()` costs one `os.stat` per call, so a server can call it on every batch: a new
-    calibration written by `recalibrate --adopt` is in use from the next batch, without a restart.
-    A sidecar that cannot be read (mid-replacement on an odd filesystem, or broken by hand) keeps
-    the last good calibration and records the error in `last_error`.
-    """
-
-    def __init__(self, model_dir: str | os.PathLike, initial: Mapping[str, Any] | None = None) -> None:
-        from .checkpoint import SIDECAR_NAME
-
-        self.path = Path(model_dir) / SIDECAR_NAME
-        self.model_dir = Path(model_dir)
-        self._stamp: tuple[int, int, int] | None = None
-        self._calibration: dict[str, Any] | None = dict(initial) if initial else None
-        self.last_error: str | None = None
-        self.current()
-
-    def current(self) -> dict[str, Any] | None:
-        from .checkpoint import read_sidecar
-
-        try:
-            st = os.stat(self.path)
-        except OSError as e:
-            self.last_error = f"{self.path}: {e.strerror}"
-            return self._calibration
-        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
-        if stamp != self._stamp:
-            try:
-                sidecar = read_sidecar(self.model_dir)
-                validate(sidecar.calibration, str(self.path))
-            except ValueError as e:
-                self.last_error = str(e)
-                return self._calibration
-            self._stamp, self._calibration, self.last_error = stamp, sidecar.calibration, None
-        return self._calibration
 
 
 def describe(calibration: Mapping[str, Any] | None) -> str:
@@ -224,16 +156,24 @@ def describe(calibration: Mapping[str, Any] | None) -> str:
     return f"isotonic, {len(calibration['params']['x'])} breakpoints (v{calibration.get('version', '?')})"
 
 
+def __getattr__(name: str) -> Any:
+    """`calibration.write_calibration` / `calibration.CalibrationWatch`: moved to `checkpoint.py`."""
+    if name in ("write_calibration", "CalibrationWatch"):
+        from . import checkpoint
+
+        return getattr(checkpoint, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "METHODS",
     "CalibrationError",
-    "CalibrationWatch",
     "apply",
+    "apply_each",
     "describe",
     "fit",
     "fit_isotonic",
     "fit_temperature",
     "validate",
     "version_of",
-    "write_calibration",
 ]

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .atomic import atomic_open
+from . import calibration as calib
+from .atomic import current_umask, write_json
 from .encoding import ENCODING_VERSION
 
 SIDECAR_NAME = "prm_distill.json"
@@ -34,6 +37,7 @@ class Sidecar:
     label_meaning: str = LABEL_MEANING
     threshold: float | None = None
     calibration: dict[str, Any] | None = None
+    verifier: dict[str, Any] | None = None  # the scoring rule of prm_distill.verify ({kind, cap}); None = scores are the model's alone
     training: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -47,13 +51,17 @@ class Sidecar:
                 f"{source}: encoding_version {d['encoding_version']} is not supported by this prm_distill "
                 f"(it encodes version {ENCODING_VERSION}); scores would not match training"
             )
+        from .verify import validate_rule
+
+        try:
+            validate_rule(d.get("verifier"), f"{source}: verifier")
+        except ValueError as e:
+            raise CheckpointError(str(e)) from None
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
-def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
-    """Readers see the old file or the new one, never a half-written one."""
-    with atomic_open(path) as f:
-        json.dump(obj, f, indent=2, sort_keys=True)
+# The package's one JSON writer (strict JSON, atomic); this name is kept for existing callers.
+write_json_atomic = write_json
 
 
 def read_sidecar(model_dir: str | os.PathLike) -> Sidecar:
@@ -68,7 +76,66 @@ def read_sidecar(model_dir: str | os.PathLike) -> Sidecar:
 
 
 def write_sidecar(model_dir: str | os.PathLike, sidecar: Sidecar) -> None:
-    write_json_atomic(Path(model_dir) / SIDECAR_NAME, asdict(sidecar))
+    write_json(Path(model_dir) / SIDECAR_NAME, asdict(sidecar))
+
+
+def write_calibration(model_dir: str | os.PathLike, calibration: Mapping[str, Any]) -> dict[str, Any]:
+    """Store a calibration in the model's sidecar with the next version number.
+
+    Read-modify-write under an exclusive lock on `prm_distill.json.lock` (`filelock`: POSIX and
+    Windows), so two writers never lose each other's version; the file itself is replaced
+    atomically, so readers (engines reloading the calibration) see the old sidecar or the new one.
+    """
+    from filelock import FileLock
+
+    if calibration is None:
+        raise calib.CalibrationError("write_calibration needs a calibration")
+    calib.validate(calibration)
+    with FileLock(Path(model_dir) / f"{SIDECAR_NAME}.lock"):
+        sidecar = read_sidecar(model_dir)
+        stored = {
+            **dict(calibration),
+            "version": calib.version_of(sidecar.calibration) + 1,
+            "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
+        sidecar.calibration = stored
+        write_sidecar(model_dir, sidecar)
+    return stored
+
+
+class CalibrationWatch:
+    """The current calibration of a checkpoint folder, re-read when its sidecar file changes.
+
+    `current()` costs one `os.stat` per call, so a server can call it on every batch: a new
+    calibration written by `recalibrate --adopt` is in use from the next batch, without a restart.
+    A sidecar that cannot be read (mid-replacement on an odd filesystem, or broken by hand) keeps
+    the last good calibration and records the error in `last_error`.
+    """
+
+    def __init__(self, model_dir: str | os.PathLike, initial: Mapping[str, Any] | None = None) -> None:
+        self.path = Path(model_dir) / SIDECAR_NAME
+        self.model_dir = Path(model_dir)
+        self._stamp: tuple[int, int, int] | None = None
+        self._calibration: dict[str, Any] | None = dict(initial) if initial else None
+        self.last_error: str | None = None
+        self.current()
+
+    def current(self) -> dict[str, Any] | None:
+        try:
+            st = os.stat(self.path)
+        except OSError as e:
+            self.last_error = f"{self.path}: {e.strerror}"
+            return self._calibration
+        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+        if stamp != self._stamp:
+            try:
+                sidecar = read_sidecar(self.model_dir)
+                calib.validate(sidecar.calibration, str(self.path))
+            except ValueError as e:
+                self.last_error = str(e)
+                return self._calibration
+            self._stamp, self._calibration, self.last_error = stamp, sidecar.calibration, None
+        return self._calibration
 
 
 def save_checkpoint(model, tokenizer, out_dir: str | os.PathLike, sidecar: Sidecar) -> Path:
@@ -79,6 +146,12 @@ def save_checkpoint(model, tokenizer, out_dir: str | os.PathLike, sidecar: Sidec
     (out / SIDECAR_NAME).unlink(missing_ok=True)
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
+    # transformers writes the weights through a private temporary file (mode 0600): give every file
+    # the mode the umask gives new files, so another user (a vLLM container) can read the checkpoint.
+    mode = 0o666 & ~current_umask()
+    for path in out.iterdir():
+        if path.is_file():
+            path.chmod(mode)
     write_sidecar(out, sidecar)
     return out
 

@@ -1,37 +1,22 @@
-"""`prm-distill <command>`: the only place (with recalibration) that ties the stages together."""
+"""`prm-distill <command>`: the only place (with recalibration) that ties the stages together.
+
+Exit codes are the same for every command (`exits.py`): 0 done, 2 bad input, 3 drift (recalibrate),
+4 a judge or backend unavailable, 130 interrupted.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import logging
-import math
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
-from .atomic import atomic_open
+from . import exits
+from .atomic import atomic_open, dumps, write_json
 from .config import ConfigError, help_text, load_config
-from .records import FORMATS, RecordError, Trajectory, iter_jsonl
-
-
-def json_safe(obj: Any) -> Any:
-    """NaN (an undefined metric) becomes null so the file is strict JSON."""
-    if isinstance(obj, float) and math.isnan(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [json_safe(v) for v in obj]
-    return obj
-
-
-def write_json(path: str | Path, obj: Any) -> None:
-    from .checkpoint import write_json_atomic
-
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, json_safe(obj))
+from .records import FORMATS, RecordError, Trajectory, iter_jsonl, steps_of
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -52,8 +37,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from .evaluate import evaluate_files, format_report
     from .serve.engine import PRMEngine
 
-    engine = PRMEngine.from_checkpoint(args.model, device=args.device)
-    rep = evaluate_files(engine, args.data, args.format, threshold=args.threshold, dev_files=args.dev or (), limit=args.limit)
+    engine = PRMEngine.from_checkpoint(args.model, device=args.device, verifier=not args.no_verifier)
+    rep = evaluate_files(engine, args.data, args.format, threshold=args.threshold, dev_files=args.dev or (), limit=args.limit,
+                         dev_format=args.dev_format)
     print(format_report(rep))
     if args.output:
         write_json(args.output, rep)
@@ -63,21 +49,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def _score_inputs(path: str) -> list[tuple[int, dict]]:
     """(line, record) for score: `question` plus `steps` or `response` (split with the shared splitter)."""
-    from .steps import StepSplitError, split_steps
-
     out = []
     for lineno, obj in iter_jsonl(path):
         if not isinstance(obj, dict):
             raise RecordError("expected a JSON object", source=path, line=lineno)
-        if "steps" not in obj:
-            if not isinstance(obj.get("response"), str):
-                raise RecordError("needs 'steps' (list of strings) or 'response' (string)", source=path, line=lineno, field="steps")
-            try:
-                obj = {**obj, "steps": split_steps(obj["response"])}
-            except StepSplitError as e:
-                raise RecordError(str(e), source=path, line=lineno, field="response") from None
         try:
-            Trajectory(id=str(obj.get("id", lineno)), question=obj.get("question"), steps=obj["steps"])
+            obj = {**obj, "steps": steps_of(obj)}
+            Trajectory(id=str(obj.get("id", lineno)), question=obj.get("question"), steps=obj["steps"])  # type: ignore[arg-type]  # checked there
         except RecordError as e:
             raise RecordError(str(e).split(": ", 1)[-1], source=path, line=lineno, field=e.field) from None
         out.append((lineno, obj))
@@ -88,14 +66,14 @@ def cmd_score(args: argparse.Namespace) -> int:
     from .serve.engine import PRMEngine
 
     items = _score_inputs(args.input)
-    engine = PRMEngine.from_checkpoint(args.model, device=args.device)
+    engine = PRMEngine.from_checkpoint(args.model, device=args.device, verifier=not args.no_verifier)
     t0 = time.time()
     scores = engine.score([(o["question"], o["steps"]) for _, o in items])
     elapsed = time.time() - t0
     out = Path(args.output)
     with atomic_open(out) as f:
         for (lineno, o), s in zip(items, scores):
-            f.write(json.dumps({"id": o.get("id", lineno), "question": o["question"], "steps": o["steps"], "step_scores": s}, ensure_ascii=False) + "\n")
+            f.write(dumps({"id": o.get("id", lineno), "question": o["question"], "steps": o["steps"], "step_scores": s}, ensure_ascii=False) + "\n")
     n_steps = sum(len(s) for s in scores)
     print(f"scored {len(items)} trajectories ({n_steps} steps) in {elapsed:.2f}s -> {out}")
     return 0
@@ -113,18 +91,45 @@ def cmd_label(args: argparse.Namespace) -> int:
         s = run_label_job(cfg)
     except JudgeUnavailable as e:
         print(f"prm-distill label: judge unavailable: {e}\ncompleted records and cached answers are kept in {cfg.output}; rerun to resume", file=sys.stderr)
-        return 3
+        return exits.UNAVAILABLE
     except Interrupted:
         print(f"prm-distill label: interrupted; completed records and cached answers are kept in {cfg.output}; rerun to resume", file=sys.stderr)
-        return 130
+        return exits.INTERRUPTED
     print(f"labelled {s['records']} rollouts ({s['labelled_steps']}/{s['steps']} steps supervised, {s['skipped_lines']} bad lines skipped); "
           f"invalid-vote rate {s['invalid_vote_rate']}, agreement {s['vote_agreement']}; "
           f"{s['this_run']['requests_sent']} requests this run -> {cfg.output}/labels.jsonl, {cfg.output}/summary.json")
     return 0
 
 
+_ROLLOUT_FLAGS = {"problems": "problems", "output": "output", "k": "k", "temperature": "temperature", "max_new_tokens": "max_new_tokens",
+                  "seed": "seed", "split": "split", "limit": "limit", "policy": "policy.policy", "backend": "policy.backend",
+                  "base_url": "policy.base_url", "device": "policy.device", "batch_size": "policy.batch_size",
+                  "concurrency": "policy.concurrency", "policy_version": "policy.version"}
+
+
+def cmd_rollout(args: argparse.Namespace) -> int:
+    """Exit 0 when every sample is written; 4 when the policy server gave up (a rerun resumes); 2 on bad input."""
+    from .generate import PolicyUnavailable
+    from .rollout import RolloutConfig, run_rollout
+
+    if args.help_config:
+        print("\n".join(help_text(RolloutConfig)))
+        return 0
+    flags = [f"{key}={json.dumps(getattr(args, name))}" for name, key in _ROLLOUT_FLAGS.items() if getattr(args, name) is not None]
+    cfg = load_config(RolloutConfig, args.config, list(args.overrides) + flags)
+    try:
+        s = run_rollout(cfg)
+    except PolicyUnavailable as e:
+        print(f"prm-distill rollout: policy unavailable: {e}\ncompleted shards are kept in {cfg.output}; rerun to resume", file=sys.stderr)
+        return exits.UNAVAILABLE
+    acc = "n/a (no gold answers)" if s["accuracy"] is None else f"{s['accuracy']:.3f} (pass@{s['k']} {s['pass_at_k']:.3f})"
+    print(f"rolled out {s['problems']} problems x {s['k']} samples with {s['generator']} ({s['this_run']['samples_generated']} generated this run); "
+          f"accuracy {acc}; {s['no_answer_found']} without an answer -> {cfg.output}/rollouts.jsonl, {cfg.output}/summary.json")
+    return 0
+
+
 def cmd_recalibrate(args: argparse.Namespace) -> int:
-    """Exit 0: no drift flag; 3: re-distillation advised (a drift flag); 2 (or 4: judge unavailable) on errors."""
+    """Exit 0: no drift flag; 3: re-distillation advised (a drift flag); 2 on bad input; 4: judge unavailable."""
     from .labeling.judges import JudgeUnavailable
     from .recalibrate import RecalibrateConfig, run_recalibration
 
@@ -142,16 +147,15 @@ def cmd_recalibrate(args: argparse.Namespace) -> int:
     except JudgeUnavailable as e:
         print(f"prm-distill recalibrate: judge unavailable while labelling --fresh rollouts: {e}; cached answers are kept in "
               f"{args.output}/fresh_label_cache.jsonl, rerun to resume", file=sys.stderr)
-        return 4
+        return exits.UNAVAILABLE
 
-    def f(v: Any) -> str:
-        return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}"
+    from .metrics import fmt as f
 
     prev = rep.get("previous")
     deltas = prev["deltas"] if prev else {}
 
     def change(key: str) -> str:
-        return f" ({deltas[key]:+.3f})" if deltas.get(key) is not None else ""
+        return f" ({f(deltas[key], signed=True)})" if deltas.get(key) is not None else ""
 
     print(f"held-out: auroc {f(rep['auroc'])}{change('auroc')}  ece {f(rep['ece'])}{change('ece')}  mean score {f(rep['mean_score'])}{change('mean_score')}  "
           f"f1 {f(rep['processbench_f1'])}{change('processbench_f1')}  agreement ({rep['agreement_source']}) {f(rep['agreement'])}{change('agreement')}")
@@ -163,17 +167,29 @@ def cmd_recalibrate(args: argparse.Namespace) -> int:
         print(f"audits: {', '.join(audits['flags']) or 'no flag'}")
     print(f"drift: {', '.join(rep['drift']) or 'none'} -> {'re-distillation advised (exit 3)' if rep['redistill_advised'] else 'no re-distillation needed'}")
     print(f"report: {Path(args.output) / 'report.json'}, {Path(args.output) / 'report.md'}, plots: {', '.join(rep['plots'].values())}")
-    return 3 if rep["redistill_advised"] else 0
+    return exits.DRIFT if rep["redistill_advised"] else exits.OK
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
+    from .demo import demo_judge, run_demo
 
-    return run_demo(args.output, args.overrides, quick=args.quick, train_labels=args.train_labels)
+    judge = demo_judge(args.judge_model) if args.judge_model else None
+    return run_demo(args.output, args.overrides, quick=args.quick, train_labels=args.train_labels, judge=judge)
+
+
+def cmd_pipeline(args: argparse.Namespace) -> int:
+    """Exit 0, 3 on drift, 2 on bad input, 4 when a judge, policy or backend is unavailable."""
+    from .pipeline import PipelineConfig, main as pipeline_main
+
+    if args.help_config:
+        print("\n".join(help_text(PipelineConfig)))
+        return 0
+    return pipeline_main(args.config, args.overrides, args.iteration)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from .serve.server import run_server, server_config_from_args
+    from .serve.config import server_config_from_args
+    from .serve.runner import run_server
 
     return run_server(server_config_from_args(args))
 
@@ -195,6 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--format", default="jsonl", choices=FORMATS)
     e.add_argument("--threshold", type=float, help="decision threshold for F1 (else: --dev, the checkpoint's, or 0.5)")
     e.add_argument("--dev", action="append", help="dev file to choose the threshold on (never the evaluated files)")
+    e.add_argument("--dev-format", choices=FORMATS, help="format of the --dev files (default: --format)")
+    e.add_argument("--no-verifier", action="store_true", help="the model's scores alone, without the checkpoint's verifier rule (to compare)")
     e.add_argument("--limit", type=int, help="at most N items per file")
     e.add_argument("--output", help="write the report as JSON here")
     e.add_argument("--device", default="auto")
@@ -204,10 +222,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--model", required=True)
     s.add_argument("--input", required=True, help="JSONL with question and steps (or response)")
     s.add_argument("--output", required=True, help="JSONL with step_scores added")
+    s.add_argument("--no-verifier", action="store_true", help="the model's scores alone, without the checkpoint's verifier rule")
     s.add_argument("--device", default="auto")
     s.set_defaults(func=cmd_score)
 
-    from .serve.server import add_server_arguments
+    from .serve.config import add_server_arguments
 
     v = sub.add_parser("serve", help="HTTP scoring server with dynamic batching (POST /v1/score, /health, /metrics)")
     add_server_arguments(v)
@@ -218,6 +237,27 @@ def build_parser() -> argparse.ArgumentParser:
     lb.add_argument("--help-config", action="store_true", help="list every config key with its default and help")
     lb.add_argument("overrides", nargs="*", help="key=value overrides, e.g. input=rollouts.jsonl mode=trajectory judge.base_url=http://host:8000/v1")
     lb.set_defaults(func=cmd_label)
+
+    ro = sub.add_parser("rollout", help="k samples per problem from a policy, split into steps, answers checked (resumable): rollouts.jsonl")
+    ro.add_argument("--policy", help="policy model folder or hub name ('smollm2' = embedded SmolLM2-135M-Instruct); backend=openai: the served model name")
+    ro.add_argument("--problems", help="JSONL (GSM8K or question/answer), saved dataset folder, .parquet/.csv, hf:NAME[:CONFIG], or embedded[:N] (default)")
+    ro.add_argument("--output", help="output folder (rerun the same command to resume)")
+    ro.add_argument("--k", type=int, help="samples per problem (default 8)")
+    ro.add_argument("--temperature", type=float, help="sampling temperature (default 0.8)")
+    ro.add_argument("--max-new-tokens", type=int, help="most generated tokens per sample (default 512)")
+    ro.add_argument("--backend", choices=("auto", "vllm", "transformers", "openai"), help="default auto: vllm when installed, else transformers")
+    ro.add_argument("--base-url", help="backend=openai: base URL(s) ending in /v1, comma-separated for round robin")
+    ro.add_argument("--seed", type=int, help="base seed (default 0)")
+    ro.add_argument("--split", help="split of a dataset with several")
+    ro.add_argument("--limit", type=int, help="at most N problems")
+    ro.add_argument("--device", help="backend=transformers: cpu, cuda or auto")
+    ro.add_argument("--batch-size", type=int, help="backend=transformers: sequences per generate call")
+    ro.add_argument("--concurrency", type=int, help="backend=openai: requests in flight")
+    ro.add_argument("--policy-version", help="version recorded in every sample (default: weights fingerprint or the server's model root)")
+    ro.add_argument("--config", help="YAML with rollout settings (see --help-config); flags override it")
+    ro.add_argument("--help-config", action="store_true", help="list every setting with its default and help")
+    ro.add_argument("overrides", nargs="*", help="key=value overrides, e.g. policy.vllm.tensor_parallel_size=2 policy.top_p=0.95")
+    ro.set_defaults(func=cmd_rollout)
 
     r = sub.add_parser("recalibrate", help="held-out metrics vs the last report, drift flags (exit 3: re-distil), checked calibration, audits")
     r.add_argument("--model", help="exported checkpoint folder")
@@ -235,11 +275,27 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. drift.auroc_drop=0.05 audit.max_trajectories=30")
     r.set_defaults(func=cmd_recalibrate)
 
+    from .data.cli import add_data_parser
+
+    add_data_parser(sub)
+
+    from .select.cli import add_select_parsers
+
+    add_select_parsers(sub)
+
+    pl = sub.add_parser("pipeline", help="rollout -> label -> train -> eval -> serve -> RL scoring -> recalibrate from one config (resumable; exit 3 on drift)")
+    pl.add_argument("--config", help="YAML (see configs/pipeline.yaml); without it the embedded defaults")
+    pl.add_argument("--iteration", type=int, default=1, help="iteration K (K > 1 continues from iteration K-1's checkpoint and report)")
+    pl.add_argument("--help-config", action="store_true", help="list every setting with its default and help")
+    pl.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. name=exp1 train.train.max_steps=50 rollout.k=4")
+    pl.set_defaults(func=cmd_pipeline)
+
     d = sub.add_parser("demo", help="the main job on embedded defaults: generate data, distil, evaluate")
     d.add_argument("--output", default="runs/demo", help="working folder")
     d.add_argument("--quick", action="store_true", help="a tiny budget (smoke run)")
     d.add_argument("--train-labels", choices=("construction", "judge"), default="construction",
                    help="distil from the labels by construction (a perfect judge) or from the offline judges' labels")
+    d.add_argument("--judge-model", help="the in-process judge's model folder (default: the embedded SmolLM2-135M-Instruct)")
     d.add_argument("overrides", nargs="*", help="train config overrides, e.g. train.max_steps=20")
     d.set_defaults(func=cmd_demo)
     return p
@@ -254,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except (ConfigError, RecordError, FileNotFoundError, ValueError) as e:
         print(f"prm-distill {args.command}: error: {e}", file=sys.stderr)
-        return 2
+        return exits.BAD_INPUT
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             except ConfigError as e:
                 errors.append(str(e))
         raise ConfigError(errors[0] if errors else f"{key}: invalid value {value!r}")
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
             return value
         if not isinstance(value, dict):
@@ -81,7 +81,7 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
 def build(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
     """Instantiate dataclass `cls` from a mapping, recursively; unknown keys are errors."""
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
     unknown = set(data) - set(fields)
     if unknown:
         name = sorted(unknown)[0]
@@ -151,9 +151,9 @@ def help_text(cls: type, prefix: str = "") -> list[str]:
     lines = []
     for f in dataclasses.fields(cls):
         tp = typing.get_type_hints(cls)[f.name]
-        if dataclasses.is_dataclass(tp):
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
             lines += help_text(tp, prefix + f.name + ".")
             continue
-        default = f.default if f.default is not dataclasses.MISSING else (f.default_factory() if f.default_factory is not dataclasses.MISSING else None)  # type: ignore[misc]
+        default = f.default if f.default is not dataclasses.MISSING else (f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
         lines.append(f"{prefix}{f.name} ({default!r}): {f.metadata.get('help', '')}")
     return lines

@@ -1,32 +1,31 @@
 """`prm-distill eval`: score labelled files with a checkpoint and report the field's metrics.
 
-The decision threshold for ProcessBench F1 is never tuned on the evaluated items (that flatters
+The decision threshold (for ProcessBench F1 and step_accuracy alike) is never tuned on the evaluated items (that flatters
 even a random head): it is given, chosen on a separate dev file, or the one the checkpoint chose
 on its training dev split, else 0.5.
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Sequence
 
-from .metrics import best_threshold, report
+from .metrics import best_threshold, fmt, report
+from .protocol import StepScorer
 from .records import Trajectory, load_records
-from .serve.engine import PRMEngine
 
 
-def _score(engine: PRMEngine, records: Sequence[Trajectory]) -> list[list[float]]:
+def _score(engine: StepScorer, records: Sequence[Trajectory]) -> list[list[float]]:
     return engine.score([(r.question, r.steps) for r in records])
 
 
-def choose_threshold(engine: PRMEngine, threshold: float | None, dev_files: Sequence[str], fmt: str) -> tuple[float, str]:
+def choose_threshold(engine: StepScorer, threshold: float | None, dev_files: Sequence[str], fmt: str, dev_format: str | None = None) -> tuple[float, str]:
     if threshold is not None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"--threshold must be in [0, 1], got {threshold}")
         return threshold, "given"
     if dev_files:
-        dev = [r for p in dev_files for r in load_records(p, fmt)]
+        dev = [r for p in dev_files for r in load_records(p, dev_format or fmt)]
         return best_threshold(_score(engine, dev), [r.first_error for r in dev]), "dev: " + ", ".join(dev_files)
     if engine.sidecar.threshold is not None:
         return float(engine.sidecar.threshold), "checkpoint (chosen on its training dev split)"
@@ -34,16 +33,19 @@ def choose_threshold(engine: PRMEngine, threshold: float | None, dev_files: Sequ
 
 
 def evaluate_files(
-    engine: PRMEngine,
+    engine: StepScorer,
     files: Sequence[str],
     fmt: str = "jsonl",
     *,
     threshold: float | None = None,
     dev_files: Sequence[str] = (),
     limit: int | None = None,
+    dev_format: str | None = None,
 ) -> dict:
-    """Overall report at the top level, plus one per file under 'files'."""
-    thr, source = choose_threshold(engine, threshold, dev_files, fmt)
+    """Overall report at the top level, plus one per file under 'files'. `engine` is any
+    `protocol.StepScorer` (in-process engine, vLLM, ...); its raw scores are evaluated. Every
+    decision (step_accuracy, ProcessBench F1) is taken at the one chosen threshold."""
+    thr, source = choose_threshold(engine, threshold, dev_files, fmt, dev_format)
     all_scores, all_records, per_file = [], [], {}
     for path in files:
         records = load_records(path, fmt)[:limit] if limit else load_records(path, fmt)
@@ -52,18 +54,18 @@ def evaluate_files(
         all_scores += scores
         all_records += records
     overall = report(all_scores, [r.labels for r in all_records], [r.first_error for r in all_records], thr)
-    return {**overall, "threshold_source": source, "model": engine.model_id, "format": fmt, "files": per_file}
+    verifier = getattr(engine, "verifier_rule", None)
+    return {**overall, "threshold_source": source, "model": engine.model_id, "format": fmt, "verifier": verifier, "files": per_file}
 
 
 def format_report(rep: dict) -> str:
-    def fmt(v):
-        return "n/a" if isinstance(v, float) and math.isnan(v) else (f"{v:.3f}" if isinstance(v, float) else str(v))
-
     keys = ["n_items", "n_steps", "auroc", "step_accuracy", "ece", "mean_score", "threshold", "acc_erroneous", "acc_correct", "processbench_f1"]
     files = rep.get("files", {})
     rows = [("overall", rep)] + ([(Path(k).name, v) for k, v in files.items()] if len(files) > 1 else [])
     lines = ["split".ljust(16) + "".join(k.rjust(16) for k in keys)]
     for name, r in rows:
         lines.append(name[:16].ljust(16) + "".join(fmt(r[k]).rjust(16) for k in keys))
-    lines.append(f"threshold source: {rep.get('threshold_source', '?')}")
+    v = rep.get("verifier")
+    lines.append(f"verifier: {'cap ' + fmt(v['cap']) + ' on refuted steps' if v else 'off (the model alone)'}")
+    lines.append(f"step_accuracy and processbench_f1 at threshold {fmt(rep.get('threshold'))} (source: {rep.get('threshold_source', '?')})")
     return "\n".join(lines)

@@ -40,7 +40,8 @@ def good_probability(logits: torch.Tensor) -> torch.Tensor:
 def length_buckets(lengths: Sequence[int], max_batch_tokens: int) -> list[list[int]]:
     """Indices grouped by similar length so that (batch size x longest) <= max_batch_tokens."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    batches, cur = [], []
+    batches: list[list[int]] = []
+    cur: list[int] = []
     for i in order:
         if cur and (len(cur) + 1) * lengths[i] > max_batch_tokens:
             batches.append(cur)

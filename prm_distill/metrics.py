@@ -12,7 +12,7 @@ Conventions (documented in the README):
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -120,13 +120,16 @@ def best_threshold(scores: Sequence[Sequence[float]], first_errors: Sequence[int
     return best
 
 
-def report(scores: Sequence[Sequence[float]], labels: Sequence[Sequence[float | None] | None], first_errors: Sequence[int], threshold: float) -> dict[str, float]:
-    """The evaluation report keys shared by `eval`, training and recalibration."""
+def report(
+    scores: Sequence[Sequence[float]], labels: Sequence[Sequence[float | None] | None], first_errors: Sequence[int], threshold: float
+) -> dict[str, float]:
+    """The evaluation report keys shared by `eval`, training and recalibration; every decision
+    (step_accuracy, ProcessBench F1) is taken at `threshold`, which the report records."""
     flat = [s for ss in scores for s in ss]
     out = {
         "threshold": float(threshold),
         "auroc": step_auroc(scores, labels),
-        "step_accuracy": step_accuracy(scores, labels),
+        "step_accuracy": step_accuracy(scores, labels, threshold),
         "ece": expected_calibration_error(scores, labels),
         "mean_score": float(np.mean(flat)) if flat else NAN,
         "n_items": len(scores),
@@ -134,3 +137,13 @@ def report(scores: Sequence[Sequence[float]], labels: Sequence[Sequence[float | 
     }
     out.update(processbench_f1(scores, first_errors, threshold))
     return out
+
+
+def fmt(value: Any, digits: int = 3, signed: bool = False) -> str:
+    """A number as reports print it: fixed digits (with a sign when `signed`), "n/a" for an undefined
+    metric (None, NaN, inf); anything else as str. The one formatter of eval, recalibrate and the demo."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
+    return str(value)

@@ -11,11 +11,13 @@ import json
 import logging
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from .atomic import atomic_open
+from .atomic import atomic_open, dumps
+from .steps import SplitConfig, StepSplitError, split_steps
 
 FORMATS = ("jsonl", "processbench", "prmbench")
 log = logging.getLogger("prm_distill.records")
@@ -25,7 +27,7 @@ class RecordError(ValueError):
     """A record is malformed; the message names where (file, line) and which field."""
 
     def __init__(self, message: str, *, source: str | None = None, line: int | None = None, field: str | None = None):
-        self.source, self.line, self.field = source, line, field
+        self.source, self.line, self.field, self.message = source, line, field, message
         where = ":".join(str(p) for p in (source, line) if p is not None)
         prefix = f"{where}: " if where else ""
         fld = f"field '{field}': " if field else ""
@@ -134,8 +136,24 @@ def _bare(err: RecordError) -> str:
     return msg
 
 
-def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
-    """(line number, parsed JSON) for each non-blank line; bad JSON names its line."""
+def steps_of(obj: Mapping[str, Any], split: SplitConfig | None = None) -> Any:
+    """The steps of an input record: its `steps` as given (checked where the record is built), or
+    its raw `response` cut by the shared splitter. The one reader of "steps or a response to split"
+    (`score`, `label`, the HTTP server); RecordError names the field."""
+    if obj.get("steps") is not None:
+        return obj["steps"]
+    response = obj.get("response")
+    if not isinstance(response, str):
+        raise RecordError("needs 'steps' (list of strings) or 'response' (string)", field="steps")
+    try:
+        return split_steps(response, split)
+    except StepSplitError as e:
+        raise RecordError(str(e), field="response") from None
+
+
+def iter_jsonl(path: str | os.PathLike, skipped: list[RecordError] | None = None) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed JSON) for each non-blank line; bad JSON names its line (and is collected
+    in `skipped` instead of raised when a list is given)."""
     src = str(path)
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
@@ -144,7 +162,10 @@ def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
             try:
                 yield lineno, json.loads(line)
             except json.JSONDecodeError as e:
-                raise RecordError(f"invalid JSON ({e.msg} at column {e.colno})", source=src, line=lineno) from None
+                err = RecordError(f"invalid JSON ({e.msg} at column {e.colno})", source=src, line=lineno)
+                if skipped is None:
+                    raise err from None
+                skipped.append(err)
 
 
 def read_jsonl(path: str | os.PathLike) -> list[Trajectory]:
@@ -166,7 +187,7 @@ def write_jsonl(records: Iterable[Trajectory], path: str | os.PathLike) -> None:
     """Write atomically: readers see the old file or the whole new one, never a torn one."""
     with atomic_open(path) as f:
         for r in records:
-            f.write(json.dumps(r.to_dict(), ensure_ascii=False) + "\n")
+            f.write(dumps(r.to_dict(), ensure_ascii=False) + "\n")
 
 
 def to_dataset(records: list[Trajectory]):
@@ -255,50 +276,81 @@ def read_processbench(path: str | os.PathLike) -> list[Trajectory]:
 
 def read_prmbench(path: str | os.PathLike) -> list[Trajectory]:
     """PRMBench: each item gives two records, the original process (all steps good) and the modified
-    one (steps before the first error step good, the 1-based `error_steps` bad, the rest unsupervised)."""
+    one (steps before the first error step good, the 1-based `error_steps` bad, the rest unsupervised).
+    A `multi_solutions` item (no error steps: the modified process is another correct solution) gives
+    two all-good processes. An item that is truly invalid is skipped with a warning naming its line
+    and counted: one bad item never fails the whole file."""
     src = str(path)
-    out, skipped, invalid = [], 0, 0
-    for lineno, it in iter_jsonl(path):
+    out: list[Trajectory] = []
+    no_error_inside, invalid = 0, []
+    bad_json: list[RecordError] = []
+    for lineno, it in iter_jsonl(path, skipped=bad_json):
         try:
-            if not isinstance(it, dict):
-                raise RecordError("expected an object")
-            for k in ("original_process", "modified_process", "error_steps"):
-                if k not in it:
-                    raise RecordError("missing", field=k)
-            q = it.get("modified_question") or it.get("question") or it.get("original_question")
-            if q is None:
-                raise RecordError("missing (also looked for modified_question, original_question)", field="question")
-            orig, mod, errs = it["original_process"], it["modified_process"], it["error_steps"]
-            if not isinstance(errs, list) or not errs or not all(isinstance(e, int) and not isinstance(e, bool) for e in errs):
-                raise RecordError(f"must be a non-empty list of 1-based step indices, got {errs!r}", field="error_steps")
-            # Real PRMBench items sometimes cite steps beyond the modified process: those indices are
-            # dropped (kept in metadata); an item with no valid error step left yields only its original.
-            valid = sorted({e for e in errs if 1 <= e <= len(mod)})
-            dropped = sorted(set(errs) - set(valid))
-            first = valid[0] - 1 if valid else None
-            bad = {e - 1 for e in valid}
-            mod_labels: list[float | None] = [1.0 if i < first else (0.0 if i in bad else None) for i in range(len(mod))] if valid else []
-            kind = it.get("classification")
-            base = f'{it.get("idx", it.get("id", lineno))}-{kind}' if kind else str(it.get("idx", it.get("id", lineno)))
-            oq = it.get("original_question") or q
-            meta = {"source": "prmbench", "classification": kind}
-            try:
-                pair = [Trajectory(id=f"{base}-orig", question=oq, steps=orig, labels=[1.0] * len(orig), metadata=meta)]
-                if valid:
-                    mod_meta = {**meta, "error_steps": valid, **({"dropped_error_steps": dropped} if dropped else {})}
-                    pair.append(Trajectory(id=f"{base}-mod", question=q, steps=mod, labels=mod_labels, metadata=mod_meta))
-                else:
-                    skipped += 1
-            except RecordError as e:  # e.g. a real item with empty steps: skipped, said, counted
-                log.warning("%s:%d: item skipped: %s", src, lineno, e)
-                invalid += 1
-                continue
-            out.extend(pair)
+            pair, had_error = _prmbench_item(it, lineno)
         except RecordError as e:
-            raise RecordError(_bare(e), source=src, line=lineno, field=e.field) from None
-    if skipped or invalid:
-        log.warning("%s: %d modified processes without an error step inside them, %d invalid items skipped", src, skipped, invalid)
+            invalid.append(lineno)
+            log.warning("%s:%d: item skipped: %s", src, lineno, e)
+            continue
+        no_error_inside += not had_error
+        out.extend(pair)
+    for bad in bad_json:
+        log.warning("item skipped: %s", bad)
+        invalid.append(bad.line or 0)
+    if not out and invalid:
+        raise RecordError(f"no valid item ({len(invalid)} invalid, first on line {min(invalid)})", source=src)
+    if no_error_inside or invalid:
+        log.warning("%s: %d modified processes without an error step inside them (original kept), %d invalid items skipped%s",
+                    src, no_error_inside, len(invalid),
+                    f" (lines {', '.join(map(str, invalid[:10]))}{', ...' if len(invalid) > 10 else ''})" if invalid else "")
     return out
+
+
+def _prmbench_item(it: Any, lineno: int) -> tuple[list[Trajectory], bool]:
+    """(records of one item, whether its modified process was kept)."""
+    if not isinstance(it, dict):
+        raise RecordError("expected an object")
+    for k in ("original_process", "modified_process", "error_steps"):
+        if k not in it:
+            raise RecordError("missing", field=k)
+    q = it.get("modified_question") or it.get("question") or it.get("original_question")
+    if q is None:
+        raise RecordError("missing (also looked for modified_question, original_question)", field="question")
+    orig, mod, errs = it["original_process"], it["modified_process"], it["error_steps"]
+    kind = it.get("classification")
+    if not isinstance(errs, list) or not all(isinstance(e, int) and not isinstance(e, bool) for e in errs):
+        raise RecordError(f"must be a list of 1-based step indices, got {errs!r}", field="error_steps")
+    multi = not errs and (kind == "multi_solutions" or not it.get("modified_steps"))
+    if not errs and not multi:
+        raise RecordError("is empty for an item that is not multi_solutions", field="error_steps")
+    base = f'{it.get("idx", it.get("id", lineno))}-{kind}' if kind else str(it.get("idx", it.get("id", lineno)))
+    oq = it.get("original_question") or q
+    meta = {"source": "prmbench", "classification": kind}
+    pair = [Trajectory(id=f"{base}-orig", question=oq, steps=orig, labels=[1.0] * len(orig), metadata=meta)]
+    if multi:  # another correct solution: all good
+        pair.append(Trajectory(id=f"{base}-mod", question=q, steps=mod, labels=[1.0] * len(mod), metadata={**meta, "error_steps": []}))
+        return pair, True
+    # Real PRMBench items sometimes cite steps beyond the modified process: those indices are
+    # dropped (kept in metadata); an item with no valid error step left yields only its original.
+    valid = sorted({e for e in errs if 1 <= e <= len(mod)})
+    if not valid:
+        return pair, False
+    dropped = sorted(set(errs) - set(valid))
+    first, bad = valid[0] - 1, {e - 1 for e in valid}
+    labels: list[float | None] = [1.0 if i < first else (0.0 if i in bad else None) for i in range(len(mod))]
+    mod_meta = {**meta, "error_steps": valid, **({"dropped_error_steps": dropped} if dropped else {})}
+    pair.append(Trajectory(id=f"{base}-mod", question=q, steps=mod, labels=labels, metadata=mod_meta))
+    return pair, True
+
+
+def split_by_question(records: list[Trajectory], fraction: float, seed: int) -> tuple[list[Trajectory], list[Trajectory]]:
+    """(rest, held out): whole questions are held out, so no held-out question has a trajectory in the rest."""
+    import random
+
+    questions = sorted({r.question for r in records})
+    random.Random(seed).shuffle(questions)
+    n_out = int(round(len(questions) * fraction))
+    held = set(questions[:n_out])
+    return [r for r in records if r.question not in held], [r for r in records if r.question in held]
 
 
 def load_records(path: str | os.PathLike, fmt: str = "jsonl") -> list[Trajectory]:

@@ -103,7 +103,10 @@ def arithmetic(text: str) -> list[Check]:
 # -- symbolic (LaTeX or plain math) -------------------------------------------------------------
 _MATH = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.S)
 _IMPLIES = re.compile(r"\\(?:Rightarrow|implies|Longrightarrow|therefore)|=>|⇒")
-_UNCHECKABLE = re.compile(r"\\(?:le|ge|leq|geq|neq|ne|lt|gt|approx|sim|equiv|pm|mp|text|mathrm|operatorname|mbox|in|cup|cap|infty|sum|prod|int|lim|log|ln|sin|cos|tan|binom|choose|angle|circ|deg)\b|[<>≤≥≠≈%!]|\\%|\\,\\!")
+_UNCHECKABLE = re.compile(
+    r"\\(?:le|ge|leq|geq|neq|ne|lt|gt|approx|sim|equiv|pm|mp|text|mathrm|operatorname|mbox|in|cup|cap|infty|sum|prod|int|lim|log|ln|sin|cos|tan"
+    r"|binom|choose|angle|circ|deg)\b|[<>≤≥≠≈%!]|\\%|\\,\\!"
+)
 _SAFE = re.compile(r"^[0-9a-z+\-*/(). ]+$")
 
 
@@ -275,11 +278,6 @@ def check_step(text: str, budget_s: float = STEP_BUDGET_S) -> list[Check]:
 def refuted(text: str) -> bool:
     """True when some statement of the step is false."""
     return any(not c.holds for c in check_step(text))
-
-
-def verify_steps(steps: Sequence[str]) -> list[float | None]:
-    """One vote per step for labeling: 0.0 when a statement is false, else None (no vote: the verifier refutes, never confirms)."""
-    return [0.0 if refuted(s) else None for s in steps]
 
 
 # -- the scoring rule stored in a checkpoint ---------------------------------------------------------

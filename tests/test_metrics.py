@@ -48,3 +48,13 @@ def test_report_has_every_key():
     rep = report([[0.9, 0.2]], [[1.0, 0.0]], [1], 0.5)
     assert set(rep) >= {"processbench_f1", "acc_erroneous", "acc_correct", "threshold", "auroc", "step_accuracy", "ece", "mean_score", "n_items", "n_steps"}
     assert rep["n_steps"] == 2 and rep["mean_score"] == pytest.approx(0.55)
+
+
+def test_report_decides_step_accuracy_and_f1_at_the_same_threshold():
+    # scores 0.6 and 0.4 on a good and a bad step: at 0.5 both right, at 0.7 the good step is called bad
+    scores, labels = [[0.6, 0.4]], [[1.0, 0.0]]
+    assert report(scores, labels, [1], 0.5)["step_accuracy"] == 1.0
+    assert report(scores, labels, [1], 0.5)["acc_erroneous"] == 1.0
+    rep = report(scores, labels, [1], 0.7)
+    assert rep["threshold"] == 0.7 and rep["step_accuracy"] == 0.5
+    assert rep["acc_erroneous"] == 0.0  # at 0.7 the first step below is step 0, the error is at step 1

@@ -98,7 +98,7 @@ def test_processbench_labels_before_at_and_after_the_first_error(tmp_path):
         read_processbench(tmp_path / "pb.json")
 
 
-def test_prmbench_original_all_good_modified_first_error_and_error_steps(tmp_path):
+def test_prmbench_original_all_good_modified_first_error_and_error_steps(tmp_path, caplog):
     item = {
         "original_question": "Q", "modified_question": "Q", "question": "Q", "idx": "p0", "classification": "circular",
         "original_process": ["o1", "o2", "o3"], "modified_process": ["m1", "m2", "m3", "m4", "m5"], "error_steps": [2, 4],
@@ -115,8 +115,32 @@ def test_prmbench_original_all_good_modified_first_error_and_error_steps(tmp_pat
     # an item whose steps are invalid (a real one has empty steps) is skipped with a warning, the rest kept
     recs = read_prmbench(_write_lines(tmp_path / "pm5.jsonl", [{**item, "original_process": ["o1", ""]}, {**item, "idx": "p1"}]))
     assert [r.id for r in recs] == ["p1-circular-orig", "p1-circular-mod"]
-    with pytest.raises(RecordError, match=r"pm4.jsonl:1: field 'error_steps'"):
-        read_prmbench(_write_lines(tmp_path / "pm4.jsonl", [{**item, "error_steps": "2"}]))
+    # a truly invalid item (or a broken line) is skipped and named; the file's other items are read
+    path = _write_lines(tmp_path / "pm4.jsonl", [{**item, "error_steps": "2"}, {**item, "idx": "p2"}])
+    path.write_text(path.read_text() + "{not json\n")
+    with caplog.at_level("WARNING", logger="prm_distill.records"):
+        assert [r.id for r in read_prmbench(path)] == ["p2-circular-orig", "p2-circular-mod"]
+    assert "pm4.jsonl:1: item skipped: field 'error_steps'" in caplog.text and "pm4.jsonl:3: invalid JSON" in caplog.text
+    assert "2 invalid items skipped (lines 1, 3)" in caplog.text
+    # a file with no valid item at all is an error, not an empty evaluation
+    with pytest.raises(RecordError, match=r"pm6.jsonl: no valid item \(1 invalid, first on line 1\)"):
+        read_prmbench(_write_lines(tmp_path / "pm6.jsonl", [{**item, "error_steps": "2"}]))
+
+
+def test_prmbench_multi_solutions_items_are_two_correct_processes(tmp_path):
+    """PRMBench's evaluation files hold `multi_solutions` items: no error step, the modified process
+    another correct solution. Both processes are all good; nothing stops on them."""
+    item = {
+        "original_question": "Q", "modified_question": "Q", "idx": "p0", "classification": "multi_solutions",
+        "original_process": ["o1", "o2"], "modified_process": ["m1", "m2", "m3"], "error_steps": [], "modified_steps": [],
+    }
+    err_item = {**item, "idx": "p1", "classification": "circular", "error_steps": [2], "modified_steps": [2]}
+    recs = read_prmbench(_write_lines(tmp_path / "multi.jsonl", [item, err_item]))
+    assert [(r.id, r.labels) for r in recs] == [
+        ("p0-multi_solutions-orig", [1.0, 1.0]), ("p0-multi_solutions-mod", [1.0, 1.0, 1.0]),
+        ("p1-circular-orig", [1.0, 1.0]), ("p1-circular-mod", [1.0, 0.0, None]),
+    ]
+    assert all(r.first_error == -1 for r in recs[:2])
 
 
 def test_unknown_format_and_missing_file_are_clear(tmp_path):

@@ -16,6 +16,8 @@ from prm_distill.serve.engine import PRMEngine
 from prm_distill.train import TrainJobConfig, train
 from prm_distill.records import read_jsonl
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 def test_export_reloads_in_plain_transformers_with_the_engine_numbers(tiny_checkpoint, synthetic_files):
     from transformers import AutoModelForTokenClassification, AutoTokenizer
@@ -138,8 +140,8 @@ def test_no_supervised_labels_is_a_clear_error(tiny_backbone, train_overrides, t
 @pytest.mark.slow
 def test_accelerate_launch_with_two_processes(tiny_backbone, synthetic_files, train_overrides, tmp_path):
     out = tmp_path / "ddp"
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", "--num_machines", "1",
-           "--mixed_precision", "no", "--dynamo_backend", "no", "--multi_gpu", "-m", "prm_distill.cli", "train",  # torchrun; CPU-only hosts get gloo
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(ROOT / "configs" / "accelerate" / "ddp-cpu.yaml"),
+           "-m", "prm_distill.cli", "train",  # the shipped 2-process config: torchrun; CPU-only hosts get gloo
            *train_overrides(tiny_backbone, synthetic_files, out, **{"train.max_steps": 3, "train.save_steps": 2})]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -57,7 +57,8 @@ _FINAL = re.compile(r"^####\s*(.*?)\s*$")
 
 def read_gsm8k(path: str | Path, limit: int | None = None) -> tuple[list[Source], list[str]]:
     """GSM8K lines (`question`, `answer` ending in `#### N`); a bad line is skipped and named."""
-    out, skipped = [], []
+    out: list[Source] = []
+    skipped: list[str] = []
     for lineno, obj in iter_jsonl(path):
         if limit is not None and len(out) >= limit:
             break
@@ -81,7 +82,8 @@ def read_gsm8k(path: str | Path, limit: int | None = None) -> tuple[list[Source]
         if len(lines) < 2:
             skipped.append(f"{where}: a solution without reasoning lines")
             continue
-        out.append(Source(id=f"gsm8k-{lineno}", question=obj["question"].strip(), lines=lines[:-1] + [f"#### {final}"], metadata={"source": "gsm8k", "answer": final}))
+        out.append(Source(id=f"gsm8k-{lineno}", question=obj["question"].strip(), lines=lines[:-1] + [f"#### {final}"],
+                          metadata={"source": "gsm8k", "answer": final}))
     return out, skipped
 
 
@@ -101,7 +103,8 @@ def variants_of(src: Source, cfg: BuildConfig, rng: random.Random, counts: Count
     """The original (all good) and up to cfg.variants first-error variants of distinct kinds."""
     lines = _with_final_sentence(src.lines, rng)
     steps = [_strip_marks(x).strip() for x in lines]
-    out = [Trajectory(id=f"{src.id}-orig", question=src.question, steps=steps, labels=[1.0] * len(steps), outcome=1.0, metadata={**src.metadata, "kind": "original"})]
+    out = [Trajectory(id=f"{src.id}-orig", question=src.question, steps=steps, labels=[1.0] * len(steps), outcome=1.0,
+                      metadata={**src.metadata, "kind": "original"})]
     pert = Perturber(src.question, lines, rng)
     kinds = list(cfg.kinds)
     rng.shuffle(kinds)
@@ -176,7 +179,8 @@ def build_from_gsm8k(path: str | Path, out_dir: str | Path, cfg: BuildConfig) ->
 
 def sources_from_steps(records: Iterable[Trajectory]) -> list[Source]:
     """Plain step lists (no marks): arithmetic statements get marks so they can vary."""
-    return [Source(id=r.id.removesuffix("-orig"), question=r.question, lines=[mark_statements(s) for s in r.steps], metadata={k: v for k, v in r.metadata.items() if k == "source"}) for r in records]
+    return [Source(id=r.id.removesuffix("-orig"), question=r.question, lines=[mark_statements(s) for s in r.steps],
+                   metadata={k: v for k, v in r.metadata.items() if k == "source"}) for r in records]
 
 
 def build_from_steps(records: list[Trajectory], out_dir: str | Path, cfg: BuildConfig, origin: str, keep_given: bool = True) -> dict:

@@ -9,9 +9,9 @@ from pathlib import Path
 from ..records import Trajectory
 from .cache import ResponseCache
 from .config import LabelJobConfig
+from .job import run_label_job
 from .judges import make_judge
 from .labeler import Labeler, rollout_of
-from .job import run_label_job
 
 
 def label_records(records: list[Trajectory], cfg: LabelJobConfig, cache_path: str | Path | None = None) -> list[Trajectory]:

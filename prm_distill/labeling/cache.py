@@ -56,7 +56,8 @@ class ResponseCache:
         self.entries[key] = c
         if self._f is None:
             return
-        self._f.write(json.dumps({"key": key, "text": c.text, "tokens_in": c.tokens_in, "tokens_out": c.tokens_out, "latency_s": round(c.latency_s, 4)}, ensure_ascii=False) + "\n")
+        entry = {"key": key, "text": c.text, "tokens_in": c.tokens_in, "tokens_out": c.tokens_out, "latency_s": round(c.latency_s, 4)}
+        self._f.write(json.dumps(entry, ensure_ascii=False) + "\n")
         self._f.flush()
         os.fsync(self._f.fileno())
 

@@ -7,11 +7,17 @@ them. Pointing the job at a strong judge is one line: `judge.base_url=... judge.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
+from ..generate import DEFAULT_INSTRUCTION
 from ..steps import SplitConfig
 
 MODES = ("prefix", "trajectory", "first_error")
-BACKENDS = ("openai", "local", "vllm")
+BACKENDS = ("openai", "local", "vllm", "montecarlo")
+POLICY_BACKENDS = ("auto", "transformers", "vllm", "openai")
+ESTIMATES = ("soft", "hard")
+CONSENSUS_RULES = ("step", "first_error")
+CONSENSUS_VALUES = ("hard", "montecarlo", "judge", "mean")
 VERDICTS = ("free", "constrained")
 ANCHOR_RULES = ("drop_wrong_all_good", "zero_last_step_if_wrong")
 
@@ -20,7 +26,7 @@ ANCHOR_RULES = ("drop_wrong_all_good", "zero_last_step_if_wrong")
 class JudgeConfig:
     """One LLM judge: where it runs and how it samples."""
 
-    backend: str = field(default="openai", metadata={"help": "openai (any OpenAI-compatible /v1 endpoint: vLLM, SGLang, llama.cpp, hosted) | local (in-process transformers) | vllm (offline vllm.LLM batch generation)."})
+    backend: str = field(default="openai", metadata={"help": "openai (any OpenAI-compatible /v1 endpoint: vLLM, SGLang, llama.cpp, hosted) | local (in-process transformers) | vllm (offline vllm.LLM batch generation) | montecarlo (Math-Shepherd: n completions of each step prefix from judge.policy; the label is the share (soft) or any (hard) that reach the gold answer; needs an `answer` on every rollout)."})
     name: str = field(default="", metadata={"help": "Name in reports and the response cache; empty = backend:model."})
     base_url: str = field(default="http://127.0.0.1:8000/v1", metadata={"help": "OpenAI-compatible base URL ending in /v1 (backend=openai)."})
     model: str = field(default="smollm2", metadata={"help": "Model name sent to the endpoint (openai), or backbone name/folder for local and vllm ('smollm2' = the embedded SmolLM2-135M-Instruct)."})
@@ -34,6 +40,12 @@ class JudgeConfig:
     max_tokens: int = field(default=256, metadata={"help": "Most generated tokens per answer (trajectory mode gets this times the number of steps, capped at 4x)."})
     seed: int = field(default=0, metadata={"help": "Base seed: vote v, attempt a uses seed + v + 1000 * a."})
     device: str = field(default="cpu", metadata={"help": "Device for the local backend (cpu, cuda, auto)."})
+    policy: str = field(default="smollm2", metadata={"help": "montecarlo: the policy completing step prefixes (model folder or hub name; with policy_backend=openai the served model name at base_url)."})
+    policy_backend: str = field(default="auto", metadata={"help": "montecarlo: auto (vllm when importable, else transformers) | transformers | vllm | openai (base_url; the server must support continue_final_message, as vLLM and SGLang do)."})
+    n: int = field(default=8, metadata={"help": "montecarlo: completions per step prefix (the votes of this judge; `votes` is ignored for it)."})
+    estimate: str = field(default="soft", metadata={"help": "montecarlo: soft (share of completions reaching the gold answer) | hard (1 if any does, else 0)."})
+    vllm: dict[str, Any] = field(default_factory=dict, metadata={"help": "backend=vllm (and montecarlo with policy_backend=vllm): extra vllm.LLM(...) arguments, e.g. {tensor_parallel_size: 2, data_parallel_size: 2}."})
+    instruction: str = field(default=DEFAULT_INSTRUCTION, metadata={"help": "montecarlo: text after the question in the policy's prompt (keep it equal to the rollout's)."})
     verdict: str = field(default="free", metadata={"help": "local backend: free (generate a reason, then a score) | constrained (no reason: sample the verdict from the model's probabilities of the allowed answers, e.g. 'Score: 0|0.5|1'; always valid and much faster, prefix and first_error modes only)."})
 
     def __post_init__(self) -> None:
@@ -45,19 +57,34 @@ class JudgeConfig:
             raise ValueError("judge: timeout_s > 0, backoff_s >= 0 and temperature >= 0 are required")
         if self.verdict not in VERDICTS:
             raise ValueError(f"judge.verdict must be one of {VERDICTS}, got {self.verdict!r}")
+        if self.policy_backend not in POLICY_BACKENDS:
+            raise ValueError(f"judge.policy_backend must be one of {POLICY_BACKENDS}, got {self.policy_backend!r}")
+        if self.estimate not in ESTIMATES:
+            raise ValueError(f"judge.estimate must be one of {ESTIMATES}, got {self.estimate!r}")
+        if self.n < 1:
+            raise ValueError("judge.n >= 1 is required")
         if self.verdict == "constrained" and self.backend != "local":
             raise ValueError("judge.verdict=constrained needs judge.backend=local (it reads the model's probabilities)")
         if not self.name:
-            self.name = f"{self.backend}:{self.model}"
+            self.name = f"{self.backend}:{self.policy if self.montecarlo else self.model}"
+
+    @property
+    def montecarlo(self) -> bool:
+        return self.backend == "montecarlo"
+
+    @property
+    def votes_per_step(self) -> int | None:
+        """Requests per step for a Monte-Carlo judge (n), None for an LLM judge (the job's `votes`)."""
+        return self.n if self.montecarlo else None
 
 
 @dataclass
 class VerifierConfig:
     """The rule-based arithmetic verifier judge ("LLM + verifier")."""
 
-    enabled: bool = field(default=False, metadata={"help": "Check arithmetic statements (a + b = c, a x b = c, a / b = c, a - b = c) in every step and add the verdict as a vote."})
+    enabled: bool = field(default=False, metadata={"help": "Check arithmetic statements (a + b = c, a x b = c, a / b = c, a - b = c) in every step. It refutes and never confirms: a false statement makes the step 0 (veto) or adds a 0 vote; true arithmetic adds no vote (a wrong operand or operation can be computed correctly)."})
     veto: bool = field(default=True, metadata={"help": "A step with a false statement gets label 0 whatever the LLM votes say (hard evidence beats opinions)."})
-    alone: bool = field(default=False, metadata={"help": "Use the verifier as the only judge (no LLM requests): steps without checkable arithmetic stay unsupervised."})
+    alone: bool = field(default=False, metadata={"help": "Use the verifier as the only labeler (no LLM requests): a step with false arithmetic is 0, one whose statements all hold 1 (the only case where it confirms), one without checkable arithmetic stays unsupervised."})
 
     @property
     def active(self) -> bool:
@@ -93,6 +120,24 @@ class AnchorConfig:
 
 
 @dataclass
+class ConsensusConfig:
+    """Consensus filtering (the Qwen PRM recipe): keep a label only where Monte-Carlo and the LLM judges agree."""
+
+    enabled: bool = field(default=False, metadata={"help": "Needs one judge with backend=montecarlo and at least one LLM judge; a step where they disagree stays unsupervised (null)."})
+    rule: str = field(default="step", metadata={"help": "step (each step kept where both sides call it good, or both bad) | first_error (a record keeps its labels only where both place the first error at the same step, or both find none)."})
+    threshold: float = field(default=0.5, metadata={"help": "A label >= this counts as good, on both sides."})
+    value: str = field(default="hard", metadata={"help": "Label of a kept step: hard (1 or 0, the side both agree on) | montecarlo (its estimate) | judge (the LLM judges' mean vote) | mean (of the two)."})
+
+    def __post_init__(self) -> None:
+        if self.rule not in CONSENSUS_RULES:
+            raise ValueError(f"consensus.rule must be one of {CONSENSUS_RULES}, got {self.rule!r}")
+        if self.value not in CONSENSUS_VALUES:
+            raise ValueError(f"consensus.value must be one of {CONSENSUS_VALUES}, got {self.value!r}")
+        if not 0 < self.threshold <= 1:
+            raise ValueError(f"consensus.threshold must be in (0, 1], got {self.threshold}")
+
+
+@dataclass
 class LabelJobConfig:
     """`prm-distill label`: rollouts in, labelled records + summary out."""
 
@@ -108,6 +153,7 @@ class LabelJobConfig:
     split: SplitConfig = field(default_factory=SplitConfig, metadata={"help": "Step splitter bounds for inputs given as `response`."})
     negatives: NegativesConfig = field(default_factory=NegativesConfig, metadata={"help": "Hard negatives."})
     anchor: AnchorConfig = field(default_factory=AnchorConfig, metadata={"help": "Answer anchoring."})
+    consensus: ConsensusConfig = field(default_factory=ConsensusConfig, metadata={"help": "Monte-Carlo / LLM-judge consensus filtering."})
     shard_size: int = field(default=32, metadata={"help": "Records per output shard; a shard is committed atomically when all its records are labelled."})
     limit: int | None = field(default=None, metadata={"help": "Label at most this many rollouts (null = all)."})
     progress: bool = field(default=True, metadata={"help": "Show a progress bar (rate, ETA, tokens in/out) on stderr."})
@@ -122,6 +168,11 @@ class LabelJobConfig:
         names = [j.name for j in self.all_judges()]
         if len(set(names)) != len(names):
             raise ValueError(f"judge names must be distinct (set judge.name / judges[i].name), got {names}")
+        if self.consensus.enabled:
+            mc = [j for j in self.all_judges() if j.montecarlo]
+            if len(mc) != 1 or len(mc) == len(self.all_judges()):
+                raise ValueError("consensus.enabled needs exactly one judge with backend=montecarlo and at least one LLM judge "
+                                 f"(got {len(mc)} Monte-Carlo of {len(self.all_judges())} judges)")
 
     def all_judges(self) -> list[JudgeConfig]:
         """The LLM judges that vote (none when the verifier labels alone)."""

@@ -18,13 +18,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..atomic import atomic_open
-from ..records import RecordError, Trajectory, write_jsonl
-from ..steps import StepSplitError, split_steps
+from ..atomic import write_json
+from ..records import RecordError, Trajectory, steps_of, write_jsonl
 from .cache import ResponseCache
 from .config import LabelJobConfig
 from .judges import Completion, make_judge
 from .labeler import Labeler, rollout_of
+from .montecarlo import check_gold
 from .prompts import prompt_version
 from .summary import summarize
 
@@ -45,7 +45,7 @@ def read_rollouts(path: str, cfg: LabelJobConfig) -> tuple[list[Trajectory], lis
                 continue
             try:
                 good.append(_rollout(line, cfg, seen, lineno))
-            except (RecordError, StepSplitError) as e:
+            except RecordError as e:
                 log.warning("%s:%d: skipped: %s", path, lineno, e)
                 skipped.append({"line": lineno, "error": str(e)})
             if cfg.limit is not None and len(good) >= cfg.limit:
@@ -62,17 +62,14 @@ def _rollout(line: str, cfg: LabelJobConfig, seen: dict[str, int], lineno: int) 
         raise RecordError("expected a JSON object")
     if obj.get("id") in (None, ""):
         raise RecordError("missing (an id is needed to resume)", field="id")
-    steps = obj.get("steps")
-    if steps is None:
-        if not isinstance(obj.get("response"), str):
-            raise RecordError("needs 'steps' (list of strings) or 'response' (string)", field="steps")
-        steps = split_steps(obj["response"], cfg.split)
+    steps = steps_of(obj, cfg.split)
     meta = dict(obj.get("metadata") or {}) if isinstance(obj.get("metadata", {}), dict) else None
     if meta is None:
         raise RecordError("must be an object", field="metadata")
     if obj.get("answer") is not None:
         meta["answer"] = obj["answer"]
-    r = rollout_of(Trajectory(id=obj["id"], question=obj.get("question"), steps=steps, labels=obj.get("labels"), outcome=obj.get("outcome"), metadata=meta))
+    r = rollout_of(Trajectory(id=obj["id"], question=obj.get("question"), steps=steps,  # type: ignore[arg-type]  # Trajectory checks it
+                              labels=obj.get("labels"), outcome=obj.get("outcome"), metadata=meta))
     if r.id in seen:
         raise RecordError(f"duplicate id {r.id!r} (first on line {seen[r.id]})", field="id")
     seen[r.id] = lineno
@@ -100,14 +97,18 @@ def _check_job(out: Path, cfg: LabelJobConfig) -> None:
     """Refuse to mix labels of different modes, prompt versions or judges in one output folder."""
     ident = {"mode": cfg.mode, "prompt_version": prompt_version(cfg.mode), "judges": [j.name for j in cfg.all_judges()],
              "votes": cfg.votes, "verifier": cfg.verifier.active}
+    mc = {j.name: {"n": j.n, "estimate": j.estimate, "temperature": j.temperature, "max_tokens": j.max_tokens} for j in cfg.all_judges() if j.montecarlo}
+    if mc:  # keys only when used: folders labelled before these options existed still resume
+        ident["montecarlo"] = mc
+    if cfg.consensus.enabled:
+        ident["consensus"] = {"rule": cfg.consensus.rule, "threshold": cfg.consensus.threshold, "value": cfg.consensus.value}
     path = out / "job.json"
     if path.is_file():
         old = json.loads(path.read_text(encoding="utf-8"))
         if old != ident:
             raise ValueError(f"{out} holds labels made with {old}, not {ident}: use a new output folder")
     else:
-        with atomic_open(path) as f:
-            json.dump(ident, f)
+        write_json(path, ident)
 
 
 class _Progress:
@@ -152,6 +153,8 @@ def run_label_job(cfg: LabelJobConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
     out = Path(cfg.output)
     rollouts, skipped = read_rollouts(cfg.input, cfg)
+    if any(j.montecarlo for j in cfg.all_judges()):
+        check_gold(rollouts)  # before any work: a job must not stop halfway on a record without an answer
     out.mkdir(parents=True, exist_ok=True)
     _check_job(out, cfg)
     done = _done(out)
@@ -159,7 +162,8 @@ def run_label_job(cfg: LabelJobConfig) -> dict[str, Any]:
     log.info("%d rollouts (%d skipped lines), %d already labelled, %d to label", len(rollouts), len(skipped), len(rollouts) - len(todo), len(todo))
     cache = ResponseCache(out / "cache" / "responses.jsonl")
     try:
-        progress = _Progress(sum(len(r.steps) for r in todo) * cfg.votes * len(cfg.all_judges()), cfg.progress and bool(todo) and bool(cfg.all_judges()))
+        total = sum((len(r.steps) - 1) * j.n if j.montecarlo else len(r.steps) * cfg.votes for r in todo for j in cfg.all_judges())
+        progress = _Progress(total, cfg.progress and bool(todo) and bool(cfg.all_judges()))
         labeler = Labeler(cfg, [make_judge(j) for j in cfg.all_judges()] if todo else [], cache, progress)
         first_shard = 1 + max((int(p.stem.split("-")[1]) for p in out.glob("labels-*.jsonl")), default=-1)
         try:
@@ -176,6 +180,5 @@ def run_label_job(cfg: LabelJobConfig) -> dict[str, Any]:
     for shard in out.glob("labels-*.jsonl"):
         shard.unlink()
     summary = summarize(records, labeler.stats, skipped, time.perf_counter() - t0)
-    with atomic_open(out / "summary.json") as f:
-        json.dump(summary, f, indent=2)
+    write_json(out / "summary.json", summary)
     return summary

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from ..records import Trajectory
 from .cache import ResponseCache, cache_key
 from .config import JudgeConfig, LabelJobConfig
 from .judges import arithmetic
 from .judges.base import Completion, Interrupted, Judge, JudgeUnavailable, Request
+from .montecarlo import VERSION as MC_VERSION, check_gold, consensus, continuation_prompts, estimate, reaches_gold
 from .negatives import hard_negatives
 from .parse import parse_first_error, parse_score, parse_trajectory
 from .prompts import Prompt, prompt_version, prompts_for
@@ -41,6 +42,7 @@ class _Unit:
     prompt: Prompt
     vote: int
     steps: list[int]
+    gold: str | None = None  # Monte-Carlo units: the answer the completion must reach
     got: dict[int, float] = field(default_factory=dict)
     done: bool = False
 
@@ -76,7 +78,9 @@ class Labeler:
         self.judge_cfgs: list[JudgeConfig] = cfg.all_judges()
         self.stats = RunStats()
         self.on_answer = on_answer  # (steps covered, completion) -> progress bar
-        per_step = cfg.votes * len(self.judge_cfgs) + int(cfg.verifier.active)  # most votes a step can get
+        # most votes a step can get: `votes` per LLM judge, one estimate per Monte-Carlo judge, the verifier's
+        # (the verifier votes only to refute, so it never counts towards the quorum unless it labels alone)
+        per_step = sum(1 if jc.montecarlo else cfg.votes for jc in self.judge_cfgs) + int(cfg.verifier.alone)
         self.min_valid = min(cfg.min_valid_votes, per_step)
 
     def _request(self, u: _Unit, attempt: int, n_steps: int) -> Request:
@@ -92,7 +96,10 @@ class Labeler:
         if first_round and self.on_answer:
             self.on_answer(len(u.steps), c)
         mode = self.cfg.mode
-        if mode == "prefix":
+        if u.gold is not None:  # a Monte-Carlo completion: did it reach the gold answer?
+            cost.valid += 1
+            u.got[u.steps[0]] = reaches_gold(c.text, u.gold)
+        elif mode == "prefix":
             v = parse_score(c.text)
             if v is None:
                 cost.invalid += 1
@@ -154,12 +161,15 @@ class Labeler:
 
     async def label(self, records: list[Trajectory], stop: asyncio.Event) -> list[Trajectory]:
         """Labelled copies of `records` (plus hard negatives, minus records dropped by anchoring)."""
+        if any(jc.montecarlo for jc in self.judge_cfgs):
+            check_gold(records)
         units = [
-            _Unit(j, ri, p, v, [p.step] if p.step is not None else list(range(len(r.steps))))
+            _Unit(j, ri, p, v, [p.step] if p.step is not None else list(range(len(r.steps))),
+                  str(r.metadata["answer"]) if jc.montecarlo else None)
             for ri, r in enumerate(records)
-            for j in range(len(self.judge_cfgs))
-            for v in range(self.cfg.votes)
-            for p in prompts_for(self.cfg.mode, r.question, r.steps)
+            for j, jc in enumerate(self.judge_cfgs)
+            for v in range(jc.votes_per_step or self.cfg.votes)
+            for p in (continuation_prompts(r.question, r.steps, jc.instruction) if jc.montecarlo else prompts_for(self.cfg.mode, r.question, r.steps))
         ]
         costs = [_Cost() for _ in records]
         for attempt in range(self.cfg.max_invalid_retries + 1):
@@ -181,22 +191,35 @@ class Labeler:
 
     def _finish(self, r: Trajectory, units: list[_Unit], cost: _Cost) -> Trajectory:
         names = [jc.name for jc in self.judge_cfgs]
+        mc = {jc.name: jc for jc in self.judge_cfgs if jc.montecarlo}
         use_verifier = self.cfg.verifier.active
         voters = names + ([arithmetic.NAME] if use_verifier else [])
         checks = arithmetic.verify_steps(r.steps) if use_verifier else [None] * len(r.steps)
+        last_ok = reaches_gold("\n\n".join(r.steps), r.metadata["answer"]) if mc else 0.0  # the complete solution's own answer
         steps = []
+        mc_raw: dict[str, dict[str, list[int]]] = {name: {"correct": [], "completions": []} for name in mc}
         for k in range(len(r.steps)):
-            by_judge = {name: [] for name in names}
+            by_judge: dict[str, list[float]] = {name: [] for name in names}
             for u in sorted(units, key=lambda u: u.vote):
                 if k in u.got:
                     by_judge[names[u.judge]].append(u.got[k])
-            if checks[k] is not None:
-                by_judge[arithmetic.NAME] = [checks[k]]
-            veto = self.cfg.verifier.veto and checks[k] == 0.0
+            for name, jc in mc.items():  # a Monte-Carlo judge casts one vote per step: its estimate
+                outcomes = by_judge[name] if k < len(r.steps) - 1 else [last_ok]
+                mc_raw[name]["correct"].append(int(sum(outcomes)))
+                mc_raw[name]["completions"].append(len(outcomes) if k < len(r.steps) - 1 else 0)
+                est = estimate(outcomes, jc.estimate)
+                by_judge[name] = [] if est is None else [est]
+            # the verifier refutes and never confirms: true arithmetic proves nothing about the step (a wrong
+            # operand or operation can be computed correctly), so it gets no vote; alone it is the only labeler
+            check = checks[k]
+            if check is not None and (check == 0.0 or self.cfg.verifier.alone):
+                by_judge[arithmetic.NAME] = [check]
+            veto = self.cfg.verifier.veto and check == 0.0
             steps.append(aggregate_step(by_judge, self.min_valid, veto))
-        judge = {
-            "mode": self.cfg.mode if names else "verifier",
-            "prompt_version": prompt_version(self.cfg.mode) if names else None,
+        agreed = self._consensus(steps, mc) if self.cfg.consensus.enabled else None
+        judge: dict[str, Any] = {
+            "mode": "montecarlo" if names and len(mc) == len(names) else (self.cfg.mode if names else "verifier"),
+            "prompt_version": (MC_VERSION if len(mc) == len(names) else prompt_version(self.cfg.mode)) if names else None,
             "judges": voters,
             "votes_per_judge": self.cfg.votes,
             "min_valid_votes": self.min_valid,
@@ -207,6 +230,26 @@ class Labeler:
             "answers": cost.answers, "tokens_in": cost.tokens_in, "tokens_out": cost.tokens_out,
             "latency_s": round(cost.latency_s, 4),
         }
-        return Trajectory(id=r.id, question=r.question, steps=list(r.steps), labels=[st.label for st in steps],
+        if mc:
+            judge["montecarlo"] = {name: {"n": jc.n, "estimate": jc.estimate, **mc_raw[name]} for name, jc in mc.items()}
+        if agreed is not None:
+            judge["consensus"] = {k: v for k, v in agreed.items() if k != "labels"}
+        labels = [st.label for st in steps] if agreed is None else [0.0 if st.vetoed else lab for st, lab in zip(steps, agreed["labels"])]
+        return Trajectory(id=r.id, question=r.question, steps=list(r.steps), labels=labels,
                           votes=[st.votes for st in steps], judge=judge, outcome=r.outcome, metadata=dict(r.metadata))
 
+    def _consensus(self, steps: list, mc: dict[str, JudgeConfig]) -> dict:
+        """Monte-Carlo estimate vs the LLM judges' mean vote per step, and the labels the rule keeps
+        (a verifier veto still wins afterwards: a false equation is 0 whoever agrees)."""
+        cc = self.cfg.consensus
+        (mc_name,) = mc
+        llm = [jc.name for jc in self.judge_cfgs if not jc.montecarlo]
+        need = min(self.cfg.min_valid_votes, self.cfg.votes * len(llm))
+        mc_labels, judge_labels = [], []
+        for st in steps:
+            est = st.by_judge.get(mc_name) or []
+            mc_labels.append(est[0] if est else None)
+            votes = [v for name in llm for v in st.by_judge.get(name, [])]
+            judge_labels.append(sum(votes) / len(votes) if len(votes) >= need else None)
+        labels, kept = consensus(mc_labels, judge_labels, cc.rule, cc.threshold, cc.value)
+        return {"rule": cc.rule, "threshold": cc.threshold, "value": cc.value, "montecarlo": mc_labels, "judge": judge_labels, "kept": kept, "labels": labels}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import random
 import re
+from typing import Any
 
 from ..records import Trajectory
 from .config import NegativesConfig
@@ -30,7 +31,7 @@ def _rng(cfg: NegativesConfig, rid: str, kind: str) -> random.Random:
 
 
 def _base(r: Trajectory, kind: str, steps: list[str], labels: list[float | None], votes: list[list[float]], **prov) -> Trajectory:
-    judge = {k: r.judge[k] for k in ("mode", "prompt_version", "judges") if r.judge and k in r.judge}
+    judge: dict[str, Any] = {k: r.judge[k] for k in ("mode", "prompt_version", "judges") if r.judge and k in r.judge}
     meta = {**r.metadata, "hard_negative": {"kind": kind, "source_id": r.id, **prov}}
     return Trajectory(id=f"{r.id}~{kind}", question=r.question, steps=steps, labels=labels, votes=votes,
                       judge={**judge, "hard_negative": kind}, outcome=r.outcome, metadata=meta)
@@ -41,7 +42,7 @@ def padded(r: Trajectory, cfg: NegativesConfig) -> Trajectory:
     rng = _rng(cfg, r.id, "padded")
     steps, labels = list(r.steps), list(r.labels or [None] * len(r.steps))
     votes = [list(v) for v in (r.votes or [[] for _ in r.steps])]
-    inserted = []
+    inserted: list[int] = []
     for _ in range(rng.randint(1, cfg.max_inserted)):
         pos = rng.randint(1, len(steps))
         kind = rng.choice(("redundant", "wandering"))
@@ -60,7 +61,7 @@ def injected_error(r: Trajectory, cfg: NegativesConfig) -> Trajectory | None:
     rng = _rng(cfg, r.id, "error")
     labels = r.labels or [None] * len(r.steps)
     with_numbers = [k for k, s in enumerate(r.steps) if _NUMBER.search(s)]
-    good = [k for k in with_numbers if labels[k] is not None and labels[k] >= 0.5]
+    good = [k for k in with_numbers if (lab := labels[k]) is not None and lab >= 0.5]
     if not with_numbers:
         return None
     k = rng.choice(good or with_numbers)

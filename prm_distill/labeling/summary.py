@@ -8,6 +8,7 @@ from typing import Any
 
 from ..records import Trajectory
 from .labeler import RunStats
+from .montecarlo import agreement_matrix, montecarlo_stats
 from .votes import StepLabel, judge_agreement, majority
 
 POSITION_BINS = 5
@@ -77,6 +78,8 @@ def summarize(records: list[Trajectory], stats: RunStats, skipped: list[dict[str
             for b, v in enumerate(by_pos)
         },
         "agreement_with_input_labels": round(sum(ref_hits) / len(ref_hits), 4) if ref_hits else None,
+        "montecarlo": montecarlo_stats(judged),
+        "consensus": agreement_matrix(judged),
         "anchor_dropped": len(stats.dropped),
         "skipped_lines": len(skipped),
         "skipped": skipped[:100],

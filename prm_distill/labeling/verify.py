@@ -12,22 +12,15 @@ from ..records import Trajectory
 from .config import AnchorConfig
 
 
-def _math_verify():
-    try:
-        import math_verify
-    except ImportError:
-        raise RuntimeError("answer anchoring (anchor.enabled=true) needs the math-verify package: pip install math-verify") from None
-    return math_verify
-
-
 def final_answer_correct(steps: list[str], gold: str) -> bool | None:
-    """True/False when the last step states an answer math-verify can compare with `gold`, None when it states none."""
-    mv = _math_verify()
-    gold_parsed = mv.parse(str(gold))
-    pred = mv.parse(steps[-1])
-    if not pred or not gold_parsed:
+    """True/False when the last step states an answer that can be compared with `gold` (through
+    `prm_distill.answers`, the package's one answer checker), None when it states none."""
+    from ..answers import extract_answer, same_answer
+
+    g, pred = extract_answer(str(gold)), extract_answer(steps[-1])
+    if g is None or pred is None:
         return None
-    return bool(mv.verify(gold_parsed, pred))
+    return same_answer(g, pred)
 
 
 def anchor(r: Trajectory, cfg: AnchorConfig) -> tuple[Trajectory | None, bool | None]:

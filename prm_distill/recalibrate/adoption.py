@@ -13,16 +13,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import calibration as cal
+from ..checkpoint import write_calibration
 from ..metrics import expected_calibration_error, reliability, supervised
 from ..records import Trajectory
 from .config import CalibrationSettings
 from .stats import split_ids
 
 ADOPTION_RULE = "adopted only with --adopt and when ece_after < ece_before (strictly) on the evaluation split"
-
-
-def _apply_all(scores: Sequence[Sequence[float]], calibration: Mapping[str, Any] | None) -> list[list[float]]:
-    return [cal.apply(ss, calibration).tolist() for ss in scores]
 
 
 def fit_and_check(records: Sequence[Trajectory], raw_scores: Sequence[Sequence[float]], current: Mapping[str, Any] | None,
@@ -45,14 +42,14 @@ def fit_and_check(records: Sequence[Trajectory], raw_scores: Sequence[Sequence[f
         out["error"] = "the evaluation split has no supervised steps"
         return out
     out["ece_raw"] = expected_calibration_error(ev_scores, ev_labels, settings.n_bins)
-    out["ece_before"] = expected_calibration_error(_apply_all(ev_scores, current), ev_labels, settings.n_bins)
+    out["ece_before"] = expected_calibration_error(cal.apply_each(ev_scores, current), ev_labels, settings.n_bins)
     try:
-        candidate = cal.fit(settings.method, p_fit, y_fit)
+        candidate = cal.fit(settings.method, p_fit.tolist(), y_fit.tolist())
     except cal.CalibrationError as e:
         out["error"] = str(e)
         return out
     out["params"] = candidate["params"]
-    after = _apply_all(ev_scores, candidate)
+    after = cal.apply_each(ev_scores, candidate)
     out["ece_after"] = expected_calibration_error(after, ev_labels, settings.n_bins)
     out["reliability_after"] = reliability(after, ev_labels, settings.n_bins)
     out["improved"] = bool(out["ece_after"] < out["ece_before"])
@@ -66,7 +63,7 @@ def maybe_adopt(model_dir: str | os.PathLike, result: dict[str, Any], adopt: boo
     candidate = result.pop("candidate", None)
     result["adopt_requested"] = bool(adopt)
     if adopt and candidate is not None and result["improved"]:
-        stored = cal.write_calibration(model_dir, {**candidate, "ece_before": result["ece_before"], "ece_after": result["ece_after"]})
+        stored = write_calibration(model_dir, {**candidate, "ece_before": result["ece_before"], "ece_after": result["ece_after"]})
         result["adopted"], result["version"] = True, stored["version"] if stored else None
         result["reason"] = f"adopted as version {result['version']}: ECE {result['ece_before']:.4f} -> {result['ece_after']:.4f} on the evaluation split"
     elif candidate is None:

@@ -21,17 +21,17 @@ import math
 import random
 import zlib
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from ..protocol import StepScorer
 from ..records import Trajectory
 from .config import AuditSettings
 from .drift import EPS
 from .stats import NAN, finite_mean, position_profile
 
-ScoreFn = Callable[[list[tuple[str, list[str]]]], list[list[float]]]
 FILLERS = (
     "Let me double-check this carefully.",
     "Let me make sure I have understood the problem correctly before going on.",
@@ -81,7 +81,7 @@ def pad(steps: Sequence[str], kind: str, n: int, rng: random.Random) -> tuple[li
     return out, inserted
 
 
-def verbosity(records: Sequence[Trajectory], served: Sequence[Sequence[float]], score_fn: ScoreFn, settings: AuditSettings) -> dict[str, Any]:
+def verbosity(records: Sequence[Trajectory], served: Sequence[Sequence[float]], scorer: StepScorer, settings: AuditSettings) -> dict[str, Any]:
     """Pad a seeded sample of all-correct trajectories and compare scores (see the module docstring)."""
     rule = f"mean change of any aggregation ({', '.join(AGGREGATIONS)}) of padded trajectories > {settings.padding_tolerance}"
     picked = [i for i, r in enumerate(records) if is_all_correct(r)]
@@ -97,8 +97,10 @@ def verbosity(records: Sequence[Trajectory], served: Sequence[Sequence[float]], 
         for i in picked:
             rng = random.Random(zlib.crc32(f"{settings.seed}:{kind}:{records[i].id}".encode()))
             padded.append(pad(records[i].steps, kind, settings.n_inserted, rng))
-        new_scores = score_fn([(records[i].question, steps) for i, (steps, _) in zip(picked, padded)])
-        orig_delta, inserted_scores, agg = [], [], {a: ([], []) for a in AGGREGATIONS}
+        new_scores = scorer.score([(records[i].question, steps) for i, (steps, _) in zip(picked, padded)])
+        orig_delta: list[float] = []
+        inserted_scores: list[float] = []
+        agg: dict[str, tuple[list[float], list[float]]] = {a: ([], []) for a in AGGREGATIONS}
         for i, (steps, ins), ns in zip(picked, padded, new_scores):
             skip = set(ins)
             kept = [s for j, s in enumerate(ns) if j not in skip]
@@ -158,9 +160,9 @@ def self_preference(records: Sequence[Trajectory], served: Sequence[Sequence[flo
             "note": "compare mean_score with mean_label: a generator scored above others without better labels is preferred"}
 
 
-def run_audits(records: Sequence[Trajectory], served: Sequence[Sequence[float]], score_fn: ScoreFn, settings: AuditSettings) -> dict[str, Any]:
+def run_audits(records: Sequence[Trajectory], served: Sequence[Sequence[float]], scorer: StepScorer, settings: AuditSettings) -> dict[str, Any]:
     """All audits, plus `flags`: the names of the raised audit flags."""
-    verb = verbosity(records, served, score_fn, settings)
+    verb = verbosity(records, served, scorer, settings)
     pos = position_bias(records, served, settings)
     pref = self_preference(records, served) if settings.self_preference else None
     flags = [name for name, raised in (("rewards_padding", verb["flag"]), ("position_bias", pos["flag"])) if raised]

@@ -143,4 +143,7 @@ def evaluate(current: Mapping[str, Any], previous: Mapping[str, Any] | None, set
     return [name for name in FLAGS if details[name]["raised"]], details
 
 
-__all__ = ["EPS", "FLAGS", "LABEL_CLASSES", "RULES", "auroc_drop", "ece_rise", "evaluate", "inflation_basis", "label_shift", "score_inflation", "total_variation"]
+__all__ = [
+    "EPS", "FLAGS", "LABEL_CLASSES", "RULES", "auroc_drop", "ece_rise", "evaluate", "inflation_basis", "label_shift", "score_inflation",
+    "total_variation",
+]

@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from ..checkpoint import write_json_atomic
+from ..atomic import atomic_open, json_safe, write_json
+from ..metrics import fmt
 from .drift import num
 
 log = logging.getLogger("prm_distill.recalibrate")
@@ -27,25 +25,6 @@ KIND = "prm_distill.recalibration"
 METRICS = ("auroc", "ece", "mean_score", "processbench_f1", "agreement", "agreement_heldout")
 FRESH_METRICS = ("mean_score", "agreement")
 _MARKERS = ("auroc", "ece", "mean_score")
-
-
-def json_safe(obj: Any) -> Any:
-    """NaN/inf become null, numpy scalars plain numbers, paths strings: strict JSON."""
-    if isinstance(obj, (float, np.floating)):
-        return float(obj) if math.isfinite(obj) else None
-    if isinstance(obj, np.bool_):
-        return bool(obj)
-    if isinstance(obj, np.integer):
-        return int(obj)
-    if isinstance(obj, np.ndarray):
-        return json_safe(obj.tolist())
-    if isinstance(obj, Mapping):
-        return {str(k): json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [json_safe(v) for v in obj]
-    if isinstance(obj, os.PathLike):
-        return str(obj)
-    return obj
 
 
 def _stamp(path: Path, data: Mapping[str, Any]) -> float:
@@ -125,20 +104,14 @@ def write_report(out_dir: str | os.PathLike, report: Mapping[str, Any]) -> tuple
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     safe = json_safe(report)
-    write_json_atomic(out / "report.json", safe)
-    from ..atomic import atomic_open
-
+    write_json(out / "report.json", safe)
     with atomic_open(out / "report.md") as f:
         f.write(render_markdown(safe))
     return out / "report.json", out / "report.md"
 
 
 def _fmt(v: Any, signed: bool = False) -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "n/a"
-    if isinstance(v, float):
-        return f"{v:+.4f}" if signed else f"{v:.4f}"
-    return str(v)
+    return fmt(v, 4, signed)
 
 
 def render_markdown(r: Mapping[str, Any]) -> str:
@@ -148,7 +121,8 @@ def render_markdown(r: Mapping[str, Any]) -> str:
     fresh = r.get("fresh") or {}
     lines = [f"# PRM recalibration report: {Path(str(r.get('model', '?'))).name}", ""]
     advice = "**re-distillation advised**" if r.get("redistill_advised") else "no re-distillation needed"
-    lines += [f"- created: {r.get('created_at')}", f"- model: `{r.get('model')}`", f"- held-out set: `{r.get('heldout')}` ({r.get('n_items')} trajectories, {r.get('n_supervised_steps')} supervised steps)",
+    lines += [f"- created: {r.get('created_at')}", f"- model: `{r.get('model')}`",
+              f"- held-out set: `{r.get('heldout')}` ({r.get('n_items')} trajectories, {r.get('n_supervised_steps')} supervised steps)",
               f"- drift flags: {', '.join(r.get('drift') or []) or 'none'} ({advice})",
               f"- previous report: {('`' + prev['path'] + '`') if prev else 'none (first round: no drift rule can fire)'}",
               f"- scores: {r.get('scores_source')}", ""]
@@ -158,31 +132,40 @@ def render_markdown(r: Mapping[str, Any]) -> str:
     for name, key in rows:
         lines.append(f"| {name} | {_fmt(r.get(key))} | {_fmt(d.get(key), signed=True)} |")
     if fresh:
-        lines.append(f"| fresh rollouts: mean score | {_fmt(fresh.get('mean_score'))} | {_fmt(d.get('fresh_mean_score'), signed=True)} |")
-        lines.append(f"| fresh rollouts: agreement with the judge | {_fmt(fresh.get('agreement'))} | {_fmt(d.get('fresh_agreement'), signed=True)} |")
+        lines.append(f"| fresh rollouts: mean score | {_fmt(fresh.get('mean_score'))} "
+                     f"| {_fmt(d.get('fresh_mean_score'), signed=True)} |")
+        lines.append(f"| fresh rollouts: agreement with the judge | {_fmt(fresh.get('agreement'))} "
+                     f"| {_fmt(d.get('fresh_agreement'), signed=True)} |")
     lines += ["", "## Drift rules", ""]
     for name, det in (r.get("drift_details") or {}).items():
         state = "RAISED" if det.get("raised") else ("not raised" if "note" not in det else det["note"])
         lines.append(f"- `{name}`: {det.get('rule')} -> {state}")
     c = r.get("calibration") or {}
     lines += ["", "## Calibration", "",
-              f"- current (served): {c.get('current')}; fitted: {c.get('method')} {json.dumps(c.get('params')) if c.get('method') == 'temperature' else ''}".rstrip(),
-              f"- ECE on the evaluation split: raw {_fmt(c.get('ece_raw'))}, served now {_fmt(c.get('ece_before'))}, with the new calibration {_fmt(c.get('ece_after'))}",
+              (f"- current (served): {c.get('current')}; fitted: {c.get('method')} "
+               f"{json.dumps(c.get('params')) if c.get('method') == 'temperature' else ''}").rstrip(),
+              f"- ECE on the evaluation split: raw {_fmt(c.get('ece_raw'))}, served now {_fmt(c.get('ece_before'))}, "
+              f"with the new calibration {_fmt(c.get('ece_after'))}",
               f"- {c.get('reason', '')}", f"- rule: {c.get('rule')}"]
     if fresh:
         dist = fresh.get("label_distribution") or {}
         lines += ["", "## Fresh rollouts", "",
-                  f"- `{fresh.get('path')}`: {fresh.get('n_sampled')} of {fresh.get('n_rollouts')} rollouts sampled, {fresh.get('n_labelled')} labelled by {fresh.get('judges')}",
-                  f"- judge labels: bad {_fmt(dist.get('bad'))}, neutral {_fmt(dist.get('neutral'))}, good {_fmt(dist.get('good'))} of {dist.get('n')} supervised steps"]
+                  f"- `{fresh.get('path')}`: {fresh.get('n_sampled')} of {fresh.get('n_rollouts')} rollouts sampled, "
+                  f"{fresh.get('n_labelled')} labelled by {fresh.get('judges')}",
+                  f"- judge labels: bad {_fmt(dist.get('bad'))}, neutral {_fmt(dist.get('neutral'))}, good {_fmt(dist.get('good'))} "
+                  f"of {dist.get('n')} supervised steps"]
     a = r.get("audits") or {}
     if a:
         v, p = a.get("verbosity") or {}, a.get("position_bias") or {}
         lines += ["", "## Audits", "", f"- flags: {', '.join(a.get('flags') or []) or 'none'}",
-                  f"- verbosity ({v.get('n_trajectories')} all-correct trajectories, {v.get('n_inserted')} steps inserted): rule {v.get('rule')}"]
+                  f"- verbosity ({v.get('n_trajectories')} all-correct trajectories, {v.get('n_inserted')} steps inserted): "
+                  f"rule {v.get('rule')}"]
         for kind, k in (v.get("kinds") or {}).items():
             aggs = ", ".join(f"{name} {_fmt(x.get('delta'), signed=True)}" for name, x in k["aggregations"].items())
-            lines.append(f"  - {kind}: original steps {_fmt(k.get('original_step_delta'), signed=True)}, inserted steps score {_fmt(k.get('inserted_step_mean'))}; aggregation changes: {aggs}")
-        lines.append(f"- position bias: slope {_fmt(p.get('slope'), signed=True)} over {p.get('n_trajectories')} all-correct trajectories ({p.get('rule')}) -> {'RAISED' if p.get('flag') else 'not raised'}")
+            lines.append(f"  - {kind}: original steps {_fmt(k.get('original_step_delta'), signed=True)}, "
+                         f"inserted steps score {_fmt(k.get('inserted_step_mean'))}; aggregation changes: {aggs}")
+        lines.append(f"- position bias: slope {_fmt(p.get('slope'), signed=True)} over {p.get('n_trajectories')} all-correct trajectories "
+                     f"({p.get('rule')}) -> {'RAISED' if p.get('flag') else 'not raised'}")
         sp = a.get("self_preference")
         if sp:
             gens = "; ".join(f"{g}: score {_fmt(x['mean_score'])}, label {_fmt(x['mean_label'])} (n={x['n']})" for g, x in sp["generators"].items())

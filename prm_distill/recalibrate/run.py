@@ -15,15 +15,14 @@ import time
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from .. import calibration as cal
 from ..checkpoint import read_sidecar
-from ..metrics import expected_calibration_error, reliability, supervised
-from ..metrics import step_accuracy as agreement
-from ..metrics import report as metrics_report
+from ..metrics import expected_calibration_error, reliability, report as metrics_report, step_accuracy as agreement, supervised
+from ..protocol import Calibrated, StepScorer
 from ..records import Trajectory, load_records, write_jsonl
 from . import drift
 from .adoption import fit_and_check, maybe_adopt
@@ -36,10 +35,6 @@ from .stats import histogram, label_distribution, position_profile
 log = logging.getLogger("prm_distill.recalibrate")
 TRAINING_IDS = "training_ids.txt"
 SHOWN_OVERLAP = 5
-
-
-class Scorer(Protocol):
-    def score(self, items: Sequence[tuple[str, Sequence[str]]]) -> list[list[float]]: ...
 
 
 class HeldoutOverlapError(ValueError):
@@ -83,15 +78,15 @@ def _check_model(model_dir: str | os.PathLike) -> None:
     read_sidecar(p)  # a clear CheckpointError when it is not a prm_distill checkpoint
 
 
-def _fresh_block(fresh: str | os.PathLike, label_config: str | os.PathLike, out: Path, cfg: RecalibrateConfig,
-                 serve: Callable[[list[tuple[str, list[str]]]], list[list[float]]], threshold: float) -> dict[str, Any]:
+def _fresh_block(fresh: str | Path, label_config: str | Path, out: Path, cfg: RecalibrateConfig,
+                 served: StepScorer, threshold: float) -> dict[str, Any]:
     """Label a sample of the fresh rollouts with the judge, score it as served, compare the two."""
     from .fresh import label_fresh
 
     out.mkdir(parents=True, exist_ok=True)
     judged, info = label_fresh(fresh, label_config, cfg.fresh, out / "fresh_label_cache.jsonl")
     write_jsonl(judged, out / "fresh_labels.jsonl")
-    scores = serve([(r.question, r.steps) for r in judged]) if judged else []
+    scores = served.score([(r.question, r.steps) for r in judged]) if judged else []
     labels = [r.labels for r in judged]
     flat = [s for ss in scores for s in ss]
     return {**info, "mean_score": float(np.mean(flat)) if flat else float("nan"), "agreement": agreement(scores, labels, threshold),
@@ -110,12 +105,12 @@ def run_recalibration(
     history: str | os.PathLike | None = None,
     adopt: bool = False,
     config: RecalibrateConfig | None = None,
-    engine: Scorer | None = None,
+    engine: StepScorer | None = None,
     device: str = "cpu",
 ) -> dict[str, Any]:
     """Run one round and write report.json, report.md and the plots into `output`; returns the report.
 
-    `engine` (anything with `score(items)` giving raw P(good) per step) saves loading the model
+    `engine` (any `protocol.StepScorer`: the in-process engine, vLLM, ...) saves loading the model
     again when the caller has one. The report's `drift` lists the raised flags; `redistill_advised`
     is true when there is any.
     """
@@ -137,17 +132,15 @@ def run_recalibration(
     if engine is None:
         from ..serve.engine import PRMEngine
 
-        engine = PRMEngine.from_checkpoint(model, device=device)
+        engine = PRMEngine.from_checkpoint(Path(model), device=device)
     sidecar = read_sidecar(model)  # now, not at engine load: the calibration served at this moment
     current = sidecar.calibration
     raw_threshold = float(sidecar.threshold) if sidecar.threshold is not None else 0.5
     threshold = float(cal.apply([raw_threshold], current)[0])
 
-    def serve(items: list[tuple[str, list[str]]]) -> list[list[float]]:
-        return [cal.apply(ss, current).tolist() for ss in engine.score(items)]
-
+    serve = Calibrated(engine, current)  # what users are served now
     raw = engine.score([(r.question, r.steps) for r in records])
-    served = [cal.apply(ss, current).tolist() for ss in raw]
+    served = cal.apply_each(raw, current)
     labels = [r.labels for r in records]
     metrics = metrics_report(served, labels, [r.first_error for r in records], threshold)
     metrics["ece"] = expected_calibration_error(served, labels, cfg.calibration.n_bins)
@@ -173,8 +166,8 @@ def run_recalibration(
         "position": position_profile(served, cfg.audit.position_bins),
     }
 
-    if fresh is not None:
-        rep["fresh"] = _fresh_block(fresh, label_config, out, cfg, serve, threshold)  # type: ignore[arg-type]
+    if fresh is not None and label_config is not None:  # both or neither (checked above)
+        rep["fresh"] = _fresh_block(Path(fresh), Path(label_config), out, cfg, serve, threshold)
         rep["agreement"], rep["agreement_source"] = rep["fresh"]["agreement"], "fresh"
 
     rep["calibration"] = fit_and_check(records, raw, current, cfg.calibration)

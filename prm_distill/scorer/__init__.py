@@ -4,7 +4,7 @@ With an AReaL that has `areal.reward.prm` installed, the scorer base classes and
 AReaL's own (see `contract.py`), so scorers defined here run unchanged inside AReaL's runner.
 """
 
-from prm_distill.scorer.branches import clone_branches, order_parents_first, score_branches
+from prm_distill.scorer.branches import clone_branches, score_branches
 from prm_distill.scorer.config import (
     PRMAdvantageShapingConfig,
     PRMConfig,
@@ -21,6 +21,7 @@ from prm_distill.scorer.contract import (
     PRMTurnResult,
 )
 from prm_distill.scorer.distilled import DistilledPRMScorer, DistilledPRMTrajectoryScorer
+from prm_distill.scorer.export import PRMExportStats, score_prm_branches
 from prm_distill.scorer.filters import (
     filter_mixed_or_penalized_all_wrong,
     filter_mixed_or_penalized_all_wrong_mask_no_eos,
@@ -32,9 +33,16 @@ from prm_distill.scorer.grpo import (
     prm_group_advantages,
 )
 from prm_distill.scorer.length_budget import LengthBudgetScorer
-from prm_distill.scorer.metrics import PRMMetrics
+from prm_distill.scorer.metrics import PRMMetrics, process_metrics, record_prm_results
 from prm_distill.scorer.runner import PRMRejectedError, PRMRunner
-from prm_distill.scorer.shaping import check_shaping_mode, fold_turn_rewards, shape_advantages
+from prm_distill.scorer.shaping import (
+    check_shaping_mode,
+    fold_turn_rewards,
+    no_eos_rows,
+    shape_advantages,
+    shape_advantages_prerolled,
+)
+from prm_distill.scorer.tree import order_parents_first
 from prm_distill.scorer.types import Interaction, ModelResponse
 
 __all__ = [
@@ -49,6 +57,7 @@ __all__ = [
     "PRMAdvantageShapingConfig",
     "PRMConfig",
     "PRMConfigError",
+    "PRMExportStats",
     "PRMMetricObservation",
     "PRMMetrics",
     "PRMRejectedError",
@@ -65,8 +74,13 @@ __all__ = [
     "fold_turn_rewards",
     "group_normalize",
     "load_prm_config",
+    "no_eos_rows",
     "order_parents_first",
     "prm_group_advantages",
+    "process_metrics",
+    "record_prm_results",
     "score_branches",
+    "score_prm_branches",
     "shape_advantages",
+    "shape_advantages_prerolled",
 ]

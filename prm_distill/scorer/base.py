@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import torch
 
-from prm_distill.scorer.types import PRMScorerResult
+from prm_distill.scorer.types import PRMScorerResult, coerce_enabled, coerce_weight
 
 
 class BaseScorer:
@@ -28,12 +27,24 @@ class BaseScorer:
         if kwargs:
             # A misspelt YAML kwarg must not be silently dropped.
             raise TypeError(f"{type(self).__name__} got unexpected keyword arguments {sorted(kwargs)}")
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
-            raise ValueError(f"{type(self).__name__} weight must be a finite number, got {weight!r}")
-        if not isinstance(enabled, bool):
-            raise TypeError(f"{type(self).__name__} enabled must be a bool, got {enabled!r}")
-        self.weight = float(weight)
-        self.enabled = enabled
+        # Coerced as AReaL does (`float(weight)`, `bool(enabled)`), refusing values whose meaning is unclear.
+        try:
+            self.weight = coerce_weight(weight)
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"{type(self).__name__} weight: {error}") from None
+        try:
+            self.enabled = coerce_enabled(enabled)
+        except TypeError as error:
+            raise TypeError(f"{type(self).__name__} enabled: {error}") from None
+
+    async def score(self, interaction: Any, ctx: Mapping[str, Any]) -> float | torch.Tensor | None:
+        """The weighted reward of one turn (AReaL's helper); the runner itself weights `evaluate`."""
+        result = await self.evaluate(interaction, ctx)
+        if result is None:
+            return None
+        if isinstance(result, torch.Tensor):
+            return result * self.weight
+        return float(result) * self.weight
 
     async def evaluate(self, interaction: Any, ctx: Mapping[str, Any]) -> float | torch.Tensor | None:
         """The unweighted reward of one turn; the runner applies the weight."""

@@ -19,8 +19,10 @@ import yaml
 from prm_distill.config import ConfigError
 from prm_distill.scorer.contract import BaseScorer
 from prm_distill.scorer.shaping import SHAPING_MODES, check_shaping_mode
+from prm_distill.scorer.types import coerce_enabled, coerce_weight
 
 ERROR_POLICIES = ("reject", "keep_original")
+COMMIT_SCOPES = ("scorer", "run")
 PRM_SECTION = ("rollout", "agent", "prm")
 ACTOR_KEYS = ("token_rewards_as_adv", "mask_no_eos_with_zero")
 
@@ -88,8 +90,16 @@ class PRMScorerConfig:
             raise PRMConfigError(
                 "path", f"must be a non-empty dotted import path (package.module.Class), got {self.path!r}"
             )
-        _check_number("weight", self.weight)
-        _check_bool("enabled", self.enabled)
+        # Coerced as AReaL's scorer constructor does (`float(weight)`, `bool(enabled)`), minus the
+        # surprises: a bool weight or an `enabled` such as "maybe" is refused by name.
+        try:
+            self.weight = coerce_weight(self.weight)
+        except (TypeError, ValueError) as err:
+            raise PRMConfigError("weight", str(err)) from None
+        try:
+            self.enabled = coerce_enabled(self.enabled)
+        except TypeError as err:
+            raise PRMConfigError("enabled", str(err)) from None
         if not isinstance(self.kwargs, Mapping) or not all(isinstance(k, str) for k in self.kwargs):
             raise PRMConfigError("kwargs", f"expected a mapping of argument names to values, got {self.kwargs!r}")
         self.kwargs = dict(self.kwargs)
@@ -130,6 +140,14 @@ class PRMConfig:
         default="reject",
         metadata={"help": "When scoring fails: 'reject' the trajectory, or 'keep_original' pre-scoring rewards."},
     )
+    commit_scope: str = field(
+        default="scorer",
+        metadata={
+            "help": "What one failure undoes in PRMRunner.run: 'scorer' (AReaL's rule: each scorer commits once all "
+            "its turns validate, so rewards of scorers that ran before a failing one stay) or 'run' (nothing is "
+            "committed unless every scorer succeeds). Branch scoring discards failed clones either way."
+        },
+    )
     advantage_shaping: PRMAdvantageShapingConfig = field(
         default_factory=PRMAdvantageShapingConfig,
         metadata={"help": "How process rewards are combined with outcome advantages in the actor."},
@@ -143,7 +161,8 @@ class PRMConfig:
     token_rewards_as_adv: bool = field(
         default=True,
         metadata={
-            "help": "Mirror of actor.token_rewards_as_adv: shape advantages after GAE (true), or fold turn rewards into GAE."
+            "help": "Mirror of actor.token_rewards_as_adv: shape advantages after GAE (true), "
+            "or fold turn rewards into GAE."
         },
     )
     mask_no_eos_with_zero: bool = field(
@@ -151,8 +170,16 @@ class PRMConfig:
     )
 
     def __post_init__(self) -> None:
-        for name in ("enabled", "token_rewards_as_adv", "mask_no_eos_with_zero"):
+        try:
+            self.enabled = coerce_enabled(self.enabled)
+        except TypeError as err:
+            raise PRMConfigError("enabled", str(err)) from None
+        for name in ("token_rewards_as_adv", "mask_no_eos_with_zero"):
             _check_bool(name, getattr(self, name))
+        if self.commit_scope not in COMMIT_SCOPES:
+            raise PRMConfigError(
+                "commit_scope", f"unknown scope {self.commit_scope!r} (expected {'|'.join(COMMIT_SCOPES)})"
+            )
         if self.error_policy not in ERROR_POLICIES:
             raise PRMConfigError(
                 "error_policy", f"unknown policy {self.error_policy!r} (expected {'|'.join(ERROR_POLICIES)})"
@@ -165,7 +192,7 @@ class PRMConfig:
             raise PRMConfigError("advantage_shaping", f"expected a mapping, got {self.advantage_shaping!r}")
         if isinstance(self.scorers, (str, bytes, Mapping)) or not isinstance(self.scorers, (list, tuple)):
             raise PRMConfigError("scorers", f"expected a list, got {self.scorers!r}")
-        self.scorers = [self._scorer_entry(i, entry) for i, entry in enumerate(self.scorers)]
+        self.scorers = [self.scorer_entry(i, entry) for i, entry in enumerate(self.scorers)]
         try:
             check_shaping_mode(
                 self.advantage_shaping.mode,
@@ -181,7 +208,8 @@ class PRMConfig:
             )
 
     @staticmethod
-    def _scorer_entry(index: int, entry: Any) -> PRMScorerConfig | BaseScorer:
+    def scorer_entry(index: int, entry: Any) -> PRMScorerConfig | BaseScorer:
+        """One `scorers` entry as a config or a ready scorer; the runner also uses it for entries set later."""
         if isinstance(entry, (PRMScorerConfig, BaseScorer)):
             return entry
         if isinstance(entry, Mapping):

@@ -52,12 +52,13 @@ import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
 from prm_distill import calibration
 from prm_distill.checkpoint import Sidecar
+from prm_distill.protocol import AsyncStepScorer
 from prm_distill.scorer.alignment import assign_tokens_to_steps, decode_with_offsets
 from prm_distill.scorer.contract import BaseScorer, BaseTrajectoryScorer, PRMMetricObservation, PRMScorerResult
 from prm_distill.serve import PRMEngine
@@ -76,10 +77,9 @@ CONTEXTS = ("question", "conversation")
 EMPTY_RESPONSE_RULES = ("reject", "zero")
 
 
-class ScoringBackend(Protocol):
-    """The seam to the model: in-process batcher today, HTTP client or vLLM endpoint later."""
-
-    async def score(self, question: str, steps: Sequence[str]) -> list[float]: ...
+# The seam to the model: the package's one scoring protocol in its async form (batcher, HTTP
+# client, vLLM client); `sidecar` and `calibration()` give the threshold and calibration.
+ScoringBackend = AsyncStepScorer
 
 
 @dataclass(frozen=True)
@@ -303,7 +303,9 @@ class _DistilledPRM:
             rewards[i] = float(values[step])
         return rewards
 
-    def _observations(self, interaction: Any, probs: torch.Tensor, threshold: float) -> tuple[PRMMetricObservation, ...]:
+    def _observations(
+        self, interaction: Any, probs: torch.Tensor, threshold: float
+    ) -> tuple[PRMMetricObservation, ...]:
         target = interaction.interaction_id
         return (
             PRMMetricObservation(

@@ -24,20 +24,18 @@ def _outcome_rewards(group: Mapping[str, Any]) -> torch.Tensor:
     return rewards
 
 
-def _truncated_rows(group: Mapping[str, Any], rows: int) -> torch.Tensor:
-    """Rows without EOS: `is_truncated` when present, else rows whose sequence fills the padded length."""
-    flags = group.get("is_truncated")
-    if flags is not None:
-        flags = torch.as_tensor(flags).reshape(-1).bool()
-    else:
-        attention_mask = group.get("attention_mask")
-        if attention_mask is None:
-            raise ValueError("the no-EOS filter needs 'is_truncated' or 'attention_mask'")
-        attention_mask = torch.as_tensor(attention_mask)
-        flags = attention_mask.bool().sum(dim=-1) == attention_mask.shape[-1]
-    if flags.shape != (rows,):
-        raise ValueError(f"expected one truncation flag per row ({rows}), got shape {tuple(flags.shape)}")
-    return flags
+def _rows_without_eos(group: Mapping[str, Any], loss_mask: torch.Tensor) -> torch.Tensor:
+    """Rows whose sequence fills the padded width (no EOS), from `attention_mask`, as AReaL's filter finds them."""
+    attention_mask = group.get("attention_mask")
+    if attention_mask is None:
+        raise ValueError("mask-no-EOS filtering requires attention_mask to identify truncated trajectories")
+    attention_mask = torch.as_tensor(attention_mask)
+    if attention_mask.shape != loss_mask.shape:
+        raise ValueError(
+            f"attention_mask {tuple(attention_mask.shape)} and loss_mask {tuple(loss_mask.shape)} "
+            "must have matching shapes"
+        )
+    return attention_mask.bool().sum(dim=-1) == attention_mask.shape[-1]
 
 
 def _has_active_penalty(group: Mapping[str, Any], rows: int, *, ignore_truncated: bool) -> bool:
@@ -55,7 +53,7 @@ def _has_active_penalty(group: Mapping[str, Any], rows: int, *, ignore_truncated
     active = loss_mask.bool()
     if ignore_truncated:
         # The actor clears the rewards of truncated rows, so their penalty teaches nothing.
-        active = active & ~_truncated_rows(group, rows).unsqueeze(-1)
+        active = active & ~_rows_without_eos(group, loss_mask).unsqueeze(-1)
     return bool(((token_rewards < 0) & active).any())
 
 
@@ -72,5 +70,9 @@ def filter_mixed_or_penalized_all_wrong(group: Mapping[str, Any]) -> bool:
 
 
 def filter_mixed_or_penalized_all_wrong_mask_no_eos(group: Mapping[str, Any]) -> bool:
-    """As `filter_mixed_or_penalized_all_wrong`, for `mask_no_eos_with_zero: true`: penalties on truncated rows do not count."""
+    """As `filter_mixed_or_penalized_all_wrong`, for `mask_no_eos_with_zero: true`.
+
+    Penalties on rows without EOS (read from `attention_mask`, as AReaL's filter does) do not count:
+    the actor clears those rows' rewards.
+    """
     return _keep(group, ignore_truncated=True)

@@ -13,28 +13,22 @@ from collections.abc import Sequence
 
 import torch
 
-STEP_AGGREGATIONS = ("decayed_sum", "mean", "min", "last")
+from ..aggregate import AGGREGATIONS, aggregate
+
+STEP_AGGREGATIONS = ("decayed_sum", *AGGREGATIONS)
 
 
 def aggregate_step_scores(
     step_scores: Sequence[float] | torch.Tensor, *, method: str = "decayed_sum", decay: float = 0.9
 ) -> float:
-    """One trajectory score: `decayed_sum` = sum_i decay**i * s_i (i from 0), or `mean`, `min`, `last`."""
+    """One trajectory score through `prm_distill.aggregate`: `decayed_sum` = sum_i decay**i * s_i (i from 0,
+    not normalised), or any of its methods (`discounted` is the length-normalised decayed sum)."""
     if method not in STEP_AGGREGATIONS:
         raise ValueError(f"unknown aggregation {method!r} (expected {'|'.join(STEP_AGGREGATIONS)})")
-    if not math.isfinite(decay) or not 0 < decay <= 1:
-        raise ValueError(f"decay must lie in (0, 1], got {decay}")
-    scores = torch.as_tensor(step_scores, dtype=torch.float64)
-    if scores.ndim != 1 or scores.numel() == 0 or not torch.isfinite(scores).all():
-        raise ValueError("step_scores must be a non-empty, finite 1-D sequence")
+    scores = torch.as_tensor(step_scores, dtype=torch.float64).detach().cpu().numpy()
     if method == "decayed_sum":
-        weights = decay ** torch.arange(scores.numel(), dtype=torch.float64)
-        return float((scores * weights).sum())
-    if method == "mean":
-        return float(scores.mean())
-    if method == "min":
-        return float(scores.min())
-    return float(scores[-1])
+        return aggregate(scores, "discounted", gamma=decay, normalize=False)
+    return aggregate(scores, method, gamma=decay)
 
 
 def group_normalize(scores: Sequence[float] | torch.Tensor, *, eps: float = 1e-5) -> torch.Tensor:

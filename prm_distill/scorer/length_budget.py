@@ -9,7 +9,7 @@ from prm_distill.scorer.contract import BaseScorer, PRMMetricObservation, PRMSco
 
 
 class LengthBudgetScorer(BaseScorer):
-    """1.0 for a turn of at most `max_output_tokens` output tokens, else 0.0.
+    """1.0 for a turn of at most `max_output_tokens` (default 128, as AReaL's example) output tokens, else 0.0.
 
     Needs no model, so it doubles as the smallest working example of the contract, observations
     included: a boolean turn metric `within_budget` aggregated as count and rate.
@@ -17,10 +17,10 @@ class LengthBudgetScorer(BaseScorer):
 
     name = "length_budget"
 
-    def __init__(self, max_output_tokens: int, weight: float = 1.0, enabled: bool = True, **kwargs: Any) -> None:
+    def __init__(self, max_output_tokens: int = 128, weight: float = 1.0, enabled: bool = True, **kwargs: Any) -> None:
         super().__init__(weight=weight, enabled=enabled, **kwargs)
         if isinstance(max_output_tokens, bool) or not isinstance(max_output_tokens, int) or max_output_tokens <= 0:
-            raise ValueError(f"max_output_tokens must be an integer > 0, got {max_output_tokens!r}")
+            raise ValueError(f"max_output_tokens must be positive (an integer > 0), got {max_output_tokens!r}")
         self.max_output_tokens = max_output_tokens
 
     def _within(self, interaction: Any) -> bool:

@@ -3,6 +3,8 @@
 Conventions (as the actor holds its tensors): `advantages`, `loss_mask` and `turn_ids` sit on the
 position that *predicts* each token (the mask already rolled by -1); `token_rewards` sit on the
 tokens they reward, as the runner writes them, and are rolled here. All tensors are `[batch, seq]`.
+AReaL's actor helpers take rewards already rolled: their counterpart here is the explicitly
+named `shape_advantages_prerolled`.
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ def check_shaping_mode(mode: str, *, token_rewards_as_adv: bool, mask_no_eos_wit
         raise ValueError(f"unknown mode {mode!r} (expected {'|'.join(SHAPING_MODES)})")
     if mode in ("gvpo", "process_weighted") and not token_rewards_as_adv:
         # Both are piecewise in the outcome advantage, which only exists after GAE.
-        raise ValueError(f"{mode!r} requires actor.token_rewards_as_adv: true")
+        raise ValueError(f"{mode!r} advantage shaping requires actor.token_rewards_as_adv=True")
     if mode == "process_weighted" and mask_no_eos_with_zero:
         # A truncated row's zeroed reward would read as "this step is worthless".
-        raise ValueError("'process_weighted' is incompatible with actor.mask_no_eos_with_zero: true")
+        raise ValueError("'process_weighted' advantage shaping is incompatible with actor.mask_no_eos_with_zero=True")
 
 
 def _check_same_2d(**tensors: torch.Tensor) -> None:
@@ -31,6 +33,41 @@ def _check_same_2d(**tensors: torch.Tensor) -> None:
     first = next(iter(shapes.values()))
     if len(first) != 2 or any(shape != first for shape in shapes.values()):
         raise ValueError(f"expected equal [batch, seq] shapes, got {shapes}")
+
+
+def no_eos_rows(attention_mask: torch.Tensor, is_truncated: torch.Tensor | None = None) -> torch.Tensor:
+    """`[batch]` bool: rows without EOS, as AReaL's actor finds them.
+
+    `is_truncated` (one flag per row) when the rollout recorded it, else rows whose sequence fills
+    the padded width (`attention_mask.sum(-1) == seq`).
+    """
+    if attention_mask.ndim != 2:
+        raise ValueError(f"attention_mask must be [batch, seq], got shape {tuple(attention_mask.shape)}")
+    if is_truncated is None:
+        return attention_mask.bool().sum(dim=-1) == attention_mask.shape[-1]
+    flags = torch.as_tensor(is_truncated, device=attention_mask.device)
+    if flags.shape != (attention_mask.shape[0],):
+        raise ValueError(
+            f"`is_truncated` must have one value per trajectory, got shape {tuple(flags.shape)} "
+            f"for batch shape ({attention_mask.shape[0]},)"
+        )
+    return flags.bool()
+
+
+def _zero_truncated(token_rewards: torch.Tensor, truncated_rows: torch.Tensor | None) -> torch.Tensor:
+    """`mask_no_eos_with_zero`: a row without EOS gets no process reward (its outcome is zeroed too)."""
+    if truncated_rows is None:
+        return token_rewards
+    rows = torch.as_tensor(truncated_rows, device=token_rewards.device).bool()
+    if rows.shape != (token_rewards.shape[0],):
+        raise ValueError(f"truncated_rows must be [batch={token_rewards.shape[0]}], got shape {tuple(rows.shape)}")
+    return torch.where(rows.unsqueeze(-1), torch.zeros_like(token_rewards), token_rewards)
+
+
+def _check_coefficients(negative_scale: float, zero_penalty: float, zero_eps: float) -> None:
+    for name, value in (("negative_scale", negative_scale), ("zero_penalty", zero_penalty), ("zero_eps", zero_eps)):
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"{name} must be finite and non-negative, got {value}")
 
 
 def shape_advantages(
@@ -42,26 +79,61 @@ def shape_advantages(
     negative_scale: float = 0.2,
     zero_penalty: float = 0.4,
     zero_eps: float = 1e-6,
+    truncated_rows: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Combine outcome advantages A (after GAE and normalisation) with process rewards P.
 
-    P = roll(token_rewards, -1) * loss_mask. `additive`: A + P. `gvpo`, where P < 0 (a failed
-    token): A < -eps becomes A * (1 + negative_scale), |A| <= eps becomes -zero_penalty, A > eps
-    becomes 0. `process_weighted` (P in [0, 1]): A >= 0 becomes A * P; A < 0 becomes P where P > 0.
-    Returns a new tensor; inactive positions keep the input advantages, and the inputs (hence the
-    critic's returns) are never modified.
+    Takes `token_rewards` as the runner writes them (on the tokens) and rolls them here:
+    P = roll(token_rewards, -1) * loss_mask; for rewards already rolled use
+    `shape_advantages_prerolled`. `truncated_rows` (`[batch]` bool, see `no_eos_rows`) zeroes the
+    rewards of rows without EOS first, as AReaL's `mask_no_eos_with_zero` does. `additive`:
+    A + P. `gvpo`, where P < 0 (a failed token): A < -eps becomes A * (1 + negative_scale),
+    |A| <= eps becomes -zero_penalty, A > eps becomes 0. `process_weighted` (P in [0, 1]):
+    A >= 0 becomes A * P; A < 0 becomes P where P > 0. Returns a new tensor; inactive positions
+    keep the input advantages, and the inputs (hence the critic's returns) are never modified.
     """
-    if mode not in SHAPING_MODES:
-        raise ValueError(f"unknown mode {mode!r} (expected {'|'.join(SHAPING_MODES)})")
-    for name, value in (("negative_scale", negative_scale), ("zero_penalty", zero_penalty), ("zero_eps", zero_eps)):
-        if not math.isfinite(value) or value < 0:
-            raise ValueError(f"{name} must be finite and non-negative, got {value}")
     _check_same_2d(advantages=advantages, token_rewards=token_rewards, loss_mask=loss_mask)
-    rewards = token_rewards.to(device=advantages.device, dtype=advantages.dtype)
+    rewards = _zero_truncated(token_rewards.to(device=advantages.device, dtype=advantages.dtype), truncated_rows)
     if not torch.isfinite(rewards).all():
         raise ValueError("token_rewards must be finite")
     active = loss_mask.to(advantages.device).bool()
-    process = torch.roll(rewards, shifts=-1, dims=-1) * active.to(rewards.dtype)
+    rolled = torch.roll(rewards, shifts=-1, dims=-1) * active.to(rewards.dtype)
+    return shape_advantages_prerolled(
+        advantages,
+        rolled,
+        loss_mask,
+        mode=mode,
+        negative_scale=negative_scale,
+        zero_penalty=zero_penalty,
+        zero_eps=zero_eps,
+    )
+
+
+def shape_advantages_prerolled(
+    advantages: torch.Tensor,
+    rolled_process_rewards: torch.Tensor,
+    loss_mask: torch.Tensor,
+    *,
+    mode: str,
+    negative_scale: float = 0.2,
+    zero_penalty: float = 0.4,
+    zero_eps: float = 1e-6,
+) -> torch.Tensor:
+    """`shape_advantages` for process rewards ALREADY rolled by -1 onto the predicting positions.
+
+    `rolled_process_rewards` is AReaL's `token_advantages` (roll(token_rewards, -1) * loss_mask,
+    truncated rows already zeroed): use this when porting AReaL actor code, `shape_advantages`
+    when holding `token_rewards` as the runner writes them. Passing unrolled rewards here shifts
+    every reward one token late.
+    """
+    if mode not in SHAPING_MODES:
+        raise ValueError(f"unknown mode {mode!r} (expected {'|'.join(SHAPING_MODES)})")
+    _check_coefficients(negative_scale, zero_penalty, zero_eps)
+    _check_same_2d(advantages=advantages, rolled_process_rewards=rolled_process_rewards, loss_mask=loss_mask)
+    process = rolled_process_rewards.to(device=advantages.device, dtype=advantages.dtype)
+    if not torch.isfinite(process).all():
+        raise ValueError("process rewards must be finite")
+    active = loss_mask.to(advantages.device).bool()
 
     if mode == "additive":
         shaped = advantages + process
@@ -79,18 +151,26 @@ def shape_advantages(
 
 
 def fold_turn_rewards(
-    token_rewards: torch.Tensor, loss_mask: torch.Tensor, turn_ids: torch.Tensor | None = None
+    token_rewards: torch.Tensor,
+    loss_mask: torch.Tensor,
+    turn_ids: torch.Tensor | None = None,
+    *,
+    truncated_rows: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Per-position rewards to add before GAE when `token_rewards_as_adv` is false.
 
-    Each turn's reward is counted once, at the turn's last predicting position, so it must be
-    uniform over the turn's tokens (a dense reward would otherwise lose its shape silently).
-    Turns are runs of active positions, split further by `turn_ids` when given.
+    The actor's low-level path for workflows that write one uniform reward per turn themselves
+    (configured scorers refuse this mode: how a dense reward becomes one turn total is not
+    defined). Each turn's reward is counted once, at the turn's last predicting position, so it
+    must be uniform over the turn's tokens (a dense reward would otherwise lose its shape
+    silently). Turns are runs of active positions, split further by `turn_ids` when given.
+    `truncated_rows` zeroes rows without EOS first (`mask_no_eos_with_zero`).
     """
     tensors = {"token_rewards": token_rewards, "loss_mask": loss_mask}
     if turn_ids is not None:
         tensors["turn_ids"] = turn_ids
     _check_same_2d(**tensors)
+    token_rewards = _zero_truncated(token_rewards, truncated_rows)
     active = loss_mask.bool()
     rolled = torch.roll(token_rewards, shifts=-1, dims=-1)
     continues = torch.zeros_like(active)

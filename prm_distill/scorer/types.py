@@ -24,6 +24,35 @@ ALLOWED_AGGREGATIONS: dict[str, frozenset[str]] = {
 }
 
 
+_TRUE_WORDS = frozenset({"true", "yes", "on", "1"})
+_FALSE_WORDS = frozenset({"false", "no", "off", "0"})
+
+
+def coerce_weight(value: Any) -> float:
+    """A scorer weight as AReaL reads it (`float(weight)`, so "0.5" works), finite and not a bool."""
+    if isinstance(value, bool):
+        raise TypeError(f"expected a finite number, got the bool {value!r}")
+    try:
+        weight = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"expected a finite number, got {value!r}") from None
+    if not math.isfinite(weight):
+        raise ValueError(f"expected a finite number, got {value!r}")
+    return weight
+
+
+def coerce_enabled(value: Any) -> bool:
+    """An `enabled` flag: a bool, 0/1 (AReaL applies `bool()`), or a YAML-style word such as "false"."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE_WORDS | _FALSE_WORDS:
+        return value.strip().lower() in _TRUE_WORDS
+    # bool("false") is True: refuse anything whose truth is not obvious.
+    raise TypeError(f"expected true or false (or 0/1), got {value!r}")
+
+
 @dataclass(kw_only=True)
 class ModelResponse:
     """Token ids of one model turn, in the policy tokenizer's vocabulary."""

@@ -23,13 +23,17 @@ from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
-Item = tuple[str, Sequence[str]]
+from ..protocol import Item, current_calibration
+
+if TYPE_CHECKING:
+    from ..checkpoint import Sidecar
 
 
 class SyncScoringEngine(Protocol):
-    """What the batcher drives: `PRMEngine` or anything scoring (question, steps) items in one call."""
+    """What the batcher drives: a `protocol.StepScorer` (`PRMEngine`), or anything scoring
+    (question, steps) items in one call (its sidecar and calibration, when it has them, pass through)."""
 
     def score(self, items: Sequence[Item]) -> list[list[float]]: ...
 
@@ -149,6 +153,23 @@ class ScoreBatcher:
         self._closed = False
         self._last_batch_size = 0
 
+    @property
+    def sidecar(self) -> Sidecar | None:
+        """The engine's sidecar (the batcher is an `AsyncStepScorer` over it)."""
+        return getattr(self.engine, "sidecar", None)
+
+    @property
+    def model_id(self) -> str | None:
+        return getattr(self.engine, "model_id", None)
+
+    def calibration(self) -> dict[str, Any] | None:
+        """The engine's calibration now."""
+        return current_calibration(self.engine)
+
+    async def score_batch(self, items: Sequence[Item]) -> list[list[float]]:
+        """Per-step scores of several trajectories (each batched with whatever else is waiting)."""
+        return list(await asyncio.gather(*(self.score(question, steps) for question, steps in items)))
+
     async def score(self, question: str, steps: Sequence[str]) -> list[float]:
         """Per-step scores of one trajectory, batched with whatever else is waiting."""
         if self._closed:
@@ -248,7 +269,7 @@ class ScoreBatcher:
             if _is_async(self.engine):
                 results = await _score_isolated_async(self.engine, items)  # type: ignore[arg-type]
             else:
-                results = await loop.run_in_executor(self._executor, _score_isolated, self.engine, items)
+                results = await loop.run_in_executor(self._executor, _score_isolated, cast(SyncScoringEngine, self.engine), items)
         except Exception as error:
             results = [error] * len(batch)
         for request, result in zip(batch, results, strict=True):

@@ -10,8 +10,8 @@ Retry-After. Scoring is idempotent, so a retried request can never count twice.
 from __future__ import annotations
 
 import asyncio
-import random
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -19,9 +19,10 @@ import httpx
 
 from .. import calibration
 from ..checkpoint import Sidecar
+from ..protocol import Item
+from ..retry import SCORE_RETRY_STATUSES, RetryPolicy
 from ..steps import SplitConfig
-from .batcher import Item, ScoreBatcher
-
+from .batcher import ScoreBatcher
 
 RETRYABLE_ERRORS = (httpx.NetworkError, httpx.ConnectTimeout, httpx.RemoteProtocolError)
 
@@ -36,15 +37,24 @@ class ClientConfig:
     backoff_s: float = field(default=0.05, metadata={"help": "First retry delay; doubles each retry (with jitter)."})
     max_backoff_s: float = field(default=2.0, metadata={"help": "Cap on one retry delay, Retry-After included."})
     max_connections: int = field(default=64, metadata={"help": "Connections kept open to the server (concurrent requests beyond wait for one)."})
-    coalesce: bool = field(default=True, metadata={"help": "Send the trajectories of concurrent `score` calls together, as one request of many items (far less HTTP work per trajectory than one request each); a bad item still fails alone."})
-    max_items_per_request: int = field(default=64, metadata={"help": "With coalesce: most trajectories in one request (keep it at or below the server's max_items)."})
-    max_requests_in_flight: int = field(default=4, metadata={"help": "With coalesce: coalesced requests outstanding at once (overlaps the network with scoring)."})
+    coalesce: bool = field(default=True, metadata={"help": (
+        "Send the trajectories of concurrent `score` calls together, as one request of many items "
+        "(far less HTTP work per trajectory than one request each); a bad item still fails alone.")})
+    max_items_per_request: int = field(default=64, metadata={
+        "help": "With coalesce: most trajectories in one request (keep it at or below the server's max_items)."})
+    max_requests_in_flight: int = field(default=4, metadata={
+        "help": "With coalesce: coalesced requests outstanding at once (overlaps the network with scoring)."})
 
     def __post_init__(self) -> None:
         if (self.timeout_s <= 0 or self.connect_timeout_s <= 0 or self.max_retries < 0 or self.backoff_s < 0
                 or min(self.max_connections, self.max_items_per_request, self.max_requests_in_flight) < 1):
             raise ValueError("ClientConfig: timeouts > 0, max_retries >= 0, backoff_s >= 0, and max_connections, "
                              "max_items_per_request and max_requests_in_flight >= 1 are required")
+
+    def retry_policy(self) -> RetryPolicy:
+        """The package's one retry policy, retrying 503 (queue full, model loading) and connection failures."""
+        return RetryPolicy(max_retries=self.max_retries, backoff_s=self.backoff_s, max_backoff_s=self.max_backoff_s,
+                           retry_statuses=SCORE_RETRY_STATUSES)
 
     def http_client(self, base_url: str, headers: dict[str, str] | None = None) -> httpx.AsyncClient:
         return httpx.AsyncClient(
@@ -75,34 +85,27 @@ def _error_message(response: httpx.Response) -> str:
     return str(error)
 
 
-def _retry_delay(config: ClientConfig, attempt: int, response: httpx.Response | None) -> float:
-    delay = config.backoff_s * 2**attempt * random.uniform(0.5, 1.0)
-    retry_after = response.headers.get("retry-after", "") if response is not None else ""
-    if retry_after.isdigit():
-        delay = max(delay, float(retry_after))
-    return min(delay, config.max_backoff_s)
-
-
 async def request_json(
     http: httpx.AsyncClient, config: ClientConfig, method: str, path: str, payload: Any = None
 ) -> Any:
     """The JSON answer of one request, retried on 503 and connection failures; PRMServerError otherwise."""
+    policy = config.retry_policy()
     attempt = 0
     while True:
         response = None
         try:
             response = await http.request(method, path, json=payload)
         except RETRYABLE_ERRORS as e:
-            if attempt >= config.max_retries:
+            if attempt >= policy.max_retries:
                 raise PRMServerError(
                     f"{method} {http.base_url.join(path)}: {type(e).__name__}: {e} (after {attempt + 1} attempts)"
                 ) from e
         else:
-            if response.status_code != 503 or attempt >= config.max_retries:
+            if not policy.retries_status(response.status_code) or attempt >= policy.max_retries:
                 if response.is_error:
                     raise PRMServerError(f"{method} {path}: HTTP {response.status_code}: {_error_message(response)}", response.status_code)
                 return response.json()
-        await asyncio.sleep(_retry_delay(config, attempt, response))
+        await asyncio.sleep(policy.delay(attempt, response.headers if response is not None else None))
         attempt += 1
 
 
@@ -195,3 +198,20 @@ class PRMClient:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+async def wait_until_ready(url: str, timeout_s: float = 120.0, interval_s: float = 0.1,
+                           alive: Callable[[], bool] | None = None) -> bool:
+    """Poll `url`/health (`PRMClient.health`) until it answers 200: True; False after `timeout_s`, or
+    as soon as `alive()` says the server process has exited.
+
+    The one readiness wait of the package: the demo, the benchmarks and the tests use it for a
+    `prm-distill serve` server (whose model loads after the socket opens) and for `vllm serve`.
+    """
+    deadline = time.monotonic() + timeout_s
+    async with PRMClient(url, config=ClientConfig(coalesce=False, timeout_s=max(interval_s, 2.0))) as client:
+        while not await client.health():
+            if time.monotonic() >= deadline or (alive is not None and not alive()):
+                return False
+            await asyncio.sleep(interval_s)
+    return True

@@ -19,10 +19,11 @@ from typing import Any, Sequence
 import torch
 
 from .. import calibration as calib
-from ..checkpoint import Sidecar, load_checkpoint, pad_token_id
+from ..checkpoint import CalibrationWatch, Sidecar, load_checkpoint, pad_token_id
 from ..encoding import EncodedTrajectory, StepEncoder
 from ..inference import score_encoded
 from ..steps import SplitConfig, split_steps
+from ..verify import apply_rule
 
 log = logging.getLogger(__name__)
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -74,7 +75,7 @@ class PRMEngine:
     """
 
     def __init__(self, model, tokenizer, sidecar: Sidecar, *, max_batch_tokens: int = 16384, model_id: str = "prm",
-                 model_dir: str | Path | None = None):
+                 model_dir: str | Path | None = None, verifier: bool = True):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.sidecar = sidecar
@@ -82,11 +83,13 @@ class PRMEngine:
         self.max_batch_tokens = max_batch_tokens
         self.encoder = StepEncoder(tokenizer, sidecar.step_tag_id, sidecar.max_length)
         self.pad_id = pad_token_id(tokenizer)
-        self._watch = calib.CalibrationWatch(model_dir, sidecar.calibration) if model_dir is not None else None
+        # the checkpoint's verifier rule (a refuted step is capped), unless switched off to compare
+        self.verifier_rule = sidecar.verifier if verifier else None
+        self._watch = CalibrationWatch(model_dir, sidecar.calibration) if model_dir is not None else None
 
     @classmethod
     def from_checkpoint(cls, model_dir: str | Path, *, device: str = "auto", dtype: str | None = None,
-                        max_batch_tokens: int = 16384, cpu_kernels: str = "onednn") -> "PRMEngine":
+                        max_batch_tokens: int = 16384, cpu_kernels: str = "onednn", verifier: bool = True) -> "PRMEngine":
         """`dtype`: None, auto, float32, bfloat16, float16 (see `resolve_dtype`). `cpu_kernels`: onednn | torch."""
         if cpu_kernels not in ("onednn", "torch"):
             raise ValueError(f"cpu_kernels must be onednn or torch, got {cpu_kernels!r}")
@@ -97,15 +100,17 @@ class PRMEngine:
             model = onednn_linears(model)
         calib.validate(sidecar.calibration, f"{model_dir}: calibration")
         log.info("engine: %s on %s in %s", Path(model_dir).name, device, str(torch_dtype).removeprefix("torch."))
-        return cls(model, tok, sidecar, max_batch_tokens=max_batch_tokens, model_id=Path(model_dir).name, model_dir=model_dir)
+        return cls(model, tok, sidecar, max_batch_tokens=max_batch_tokens, model_id=Path(model_dir).name, model_dir=model_dir, verifier=verifier)
 
     def encode(self, question: str, steps: Sequence[str]) -> EncodedTrajectory:
         return self.encoder.encode(question, list(steps))
 
     def score(self, items: Sequence[tuple[str, Sequence[str]]]) -> list[list[float]]:
-        """Per-step raw P(good) for each (question, steps)."""
+        """Per-step P(good) for each (question, steps): the model's, with the checkpoint's verifier
+        rule applied (a step with a refuted statement is capped; every other score is the model's)."""
         encoded = [self.encode(q, s) for q, s in items]
-        return score_encoded(self.model, encoded, self.pad_id, self.max_batch_tokens)
+        raw = score_encoded(self.model, encoded, self.pad_id, self.max_batch_tokens)
+        return apply_rule(self.verifier_rule, items, raw)
 
     def calibration(self) -> dict[str, Any] | None:
         """The calibration in force now (re-read from the sidecar when it changed)."""

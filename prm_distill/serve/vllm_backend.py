@@ -12,6 +12,10 @@ their tags too; the rows of the window's own steps are picked by position.
   backend seam; it needs httpx and the tokenizer, not vLLM.
 - `serve_command(model_dir)`: the exact `vllm serve` command line for an exported checkpoint.
 
+Both are `protocol` scorers. vLLM serves raw scores and knows nothing of the sidecar's calibration,
+so `calibration()` re-reads the checkpoint's sidecar when it changes (`CalibrationWatch`): a
+calibration adopted by `recalibrate --adopt` reaches a vLLM-backed scorer as it reaches the engine.
+
 From the command line, in the environment that has vLLM (see scripts/setup_vllm.sh):
 
     python -m prm_distill.serve.vllm_backend --model DIR --print-serve-command [--port 8001]
@@ -30,11 +34,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import Sidecar, read_sidecar
+from ..atomic import dumps
+from ..checkpoint import CalibrationWatch, Sidecar, read_sidecar
 from ..encoding import EncodedTrajectory, StepEncoder, Window
+from ..protocol import Item
+from ..verify import apply_rule
 from .client import ClientConfig, PRMServerError, request_json
 
-Item = tuple[str, Sequence[str]]
 INSTALL_HINT = "vLLM is not installed here: run scripts/setup_vllm.sh (a separate venv) or pip install 'prm_distill[vllm]'"
 
 
@@ -66,6 +72,7 @@ class _StepInputs:
         self.sidecar = read_sidecar(model_dir)
         self.model_id = Path(model_dir).name
         self.encoder = StepEncoder(AutoTokenizer.from_pretrained(model_dir), self.sidecar.step_tag_id, self.sidecar.max_length)
+        self.calibration = CalibrationWatch(model_dir, self.sidecar.calibration)
 
     def encode(self, items: Sequence[Item]) -> tuple[list[EncodedTrajectory], list[list[int]]]:
         """Encoded trajectories and the token ids of all their windows, in order."""
@@ -113,12 +120,17 @@ class VLLMOfflineEngine:
             enforce_eager=True, pooler_config=pooler_config(self.sidecar), **llm_kwargs,
         )
 
+    def calibration(self) -> dict[str, Any] | None:
+        """The checkpoint's calibration now (re-read when its sidecar changes); scores stay raw."""
+        return self.inputs.calibration.current()
+
     def score(self, items: Sequence[Item]) -> list[list[float]]:
         encoded, prompts = self.inputs.encode(items)
         outputs = self.llm.encode(
             [{"prompt_token_ids": ids} for ids in prompts], pooling_task="token_classify", use_tqdm=False
         )
-        return self.inputs.scores(encoded, [output.outputs.data.tolist() for output in outputs])
+        raw = self.inputs.scores(encoded, [output.outputs.data.tolist() for output in outputs])
+        return apply_rule(self.sidecar.verifier, items, raw)  # vLLM knows nothing of the verifier rule: applied here, as the engine does
 
 
 class VLLMPoolingClient:
@@ -136,6 +148,10 @@ class VLLMPoolingClient:
         self.config = config or ClientConfig()
         self._http = self.config.http_client(base_url, {"Authorization": f"Bearer {api_key}"} if api_key else None)
 
+    def calibration(self) -> dict[str, Any] | None:
+        """The checkpoint's calibration now (re-read when its sidecar changes); scores stay raw."""
+        return self.inputs.calibration.current()
+
     async def score(self, question: str, steps: Sequence[str]) -> list[float]:
         [scores] = await self.score_batch([(question, steps)])
         return scores
@@ -151,7 +167,7 @@ class VLLMPoolingClient:
             rows = [entry["data"] for entry in sorted(body["data"], key=lambda entry: entry["index"])]
         except (KeyError, TypeError) as e:
             raise PRMServerError(f"malformed /pooling answer ({e}): {str(body)[:200]}") from None
-        return self.inputs.scores(encoded, rows)
+        return apply_rule(self.sidecar.verifier, items, self.inputs.scores(encoded, rows))
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -181,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         scores = engine.score(items)
         best = min(best, time.perf_counter() - start)
-    answer = json.dumps({"scores": scores, "seconds": best, "model": engine.model_id})
+    answer = dumps({"scores": scores, "seconds": best, "model": engine.model_id})
     if args.output == "-":
         print(answer)
     else:

@@ -54,6 +54,7 @@ class DataConfig:
     dev_fraction: float = field(default=0.1, metadata={"help": "Share of training questions held out as dev when no dev files are given."})
     synthetic: int = field(default=0, metadata={"help": "When no train files are given: generate this many embedded arithmetic trajectories."})
     limit: int | None = field(default=None, metadata={"help": "Use at most this many training records (after shuffling with the seed)."})
+    dev_limit: int | None = field(default=None, metadata={"help": "Evaluate on at most this many dev records (a seeded sample of whole questions): dev evaluation stays cheap on big dev files."})
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
@@ -81,9 +82,20 @@ class LossConfig:
 
 
 @dataclass
+class VerifierSettings:
+    enabled: bool = field(default=True, metadata={"help": "Store the verifier rule in the checkpoint: a step with a refuted arithmetic/symbolic statement scores at most `cap` (eval, serve, the RL scorer and recalibration all apply it)."})
+    cap: float = field(default=0.1, metadata={"help": "Highest score of a refuted step (below any sensible threshold)."})
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.cap <= 1.0:
+            raise ValueError("verifier.cap must be in [0, 1]")
+
+
+@dataclass
 class TrainSettings:
     output_dir: str = field(default="runs/prm", metadata={"help": "Where the exported checkpoint (and checkpoints/ for resuming) go."})
     max_steps: int = field(default=200, metadata={"help": "Optimizer steps to run (data is cycled)."})
+    stop_at_step: int | None = field(default=None, metadata={"help": "Stop (and export) at this step while the schedule keeps max_steps' length: a short run that matches a longer one step for step (ablations, learning curves)."})
     max_minutes: float | None = field(default=None, metadata={"help": "Stop earlier once this wall-clock budget is spent (then export)."})
     batch_size: int = field(default=8, metadata={"help": "Windows per device per micro-batch."})
     group_by_length: bool = field(default=True, metadata={"help": "Batch windows of similar length together (much less padding on varied data)."})
@@ -96,6 +108,7 @@ class TrainSettings:
     mixed_precision: str = field(default="auto", metadata={"help": "auto (bf16 on a GPU that supports it, else no) | no | bf16 | fp16."})
     eval_steps: int = field(default=50, metadata={"help": "Evaluate on dev every N steps (0 = only at the end)."})
     save_steps: int = field(default=100, metadata={"help": "Save a resumable checkpoint every N steps (0 = never)."})
+    snapshot_steps: int = field(default=0, metadata={"help": "Every N steps also export a full checkpoint (threshold chosen on dev) to output_dir/snapshots/step-N, for learning curves (0 = never)."})
     save_total_limit: int = field(default=2, metadata={"help": "Keep at most this many resumable checkpoints."})
     resume: bool = field(default=True, metadata={"help": "Resume from the newest checkpoint in output_dir/checkpoints when one exists."})
     logging_steps: int = field(default=10, metadata={"help": "Log loss and throughput every N steps."})
@@ -115,3 +128,4 @@ class TrainJobConfig:
     data: DataConfig = field(default_factory=DataConfig, metadata={"help": "Training and dev data."})
     loss: LossConfig = field(default_factory=LossConfig, metadata={"help": "Loss function."})
     train: TrainSettings = field(default_factory=TrainSettings, metadata={"help": "Optimisation and checkpointing."})
+    verifier: VerifierSettings = field(default_factory=VerifierSettings, metadata={"help": "The verifier rule composed with the model's scores."})

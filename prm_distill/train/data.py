@@ -29,15 +29,6 @@ class Row:
     group: int  # same question -> same group (pairwise loss pairs steps within a group)
 
 
-def split_dev(records: list[Trajectory], fraction: float, seed: int) -> tuple[list[Trajectory], list[Trajectory]]:
-    """Hold out whole questions, so no dev question has a trajectory in training."""
-    questions = sorted({r.question for r in records})
-    random.Random(seed).shuffle(questions)
-    n_dev = int(round(len(questions) * fraction))
-    dev_q = set(questions[:n_dev])
-    return [r for r in records if r.question not in dev_q], [r for r in records if r.question in dev_q]
-
-
 def class_weights(records: Sequence[Trajectory]) -> tuple[float, float]:
     """(weight of a bad step, weight of a good step) so that each class carries half the loss."""
     counts = Counter(lab > 0.5 for r in records for lab in (r.labels or []) if lab is not None and lab != 0.5)

@@ -17,10 +17,11 @@ from ..checkpoint import Sidecar, pad_token_id, write_json_atomic
 from ..encoding import StepEncoder
 from ..inference import score_encoded
 from ..metrics import best_threshold, report
-from ..records import Trajectory, load_records
+from ..records import Trajectory, load_records, split_by_question
 from ..synthetic import SyntheticConfig, generate
+from ..verify import apply_rule, rule
 from .config import TrainJobConfig
-from .data import Collator, build_rows, group_by_length, split_dev
+from .data import Collator, build_rows, group_by_length
 from .losses import step_loss
 from .model import build_model, export
 
@@ -43,7 +44,16 @@ def load_data(cfg: TrainJobConfig) -> tuple[list[Trajectory], list[Trajectory]]:
     if d.dev:
         dev = [r for p in d.dev for r in load_records(p, d.format)]
     else:
-        train, dev = split_dev(train, d.dev_fraction, seed)
+        train, dev = split_by_question(train, d.dev_fraction, seed)
+    if d.dev_limit is not None and len(dev) > d.dev_limit:
+        questions = sorted({r.question for r in dev})
+        random.Random(seed).shuffle(questions)
+        keep: set[str] = set()
+        for q in questions:  # whole questions, until the limit is reached
+            if sum(r.question in keep for r in dev) >= d.dev_limit:
+                break
+            keep.add(q)
+        dev = [r for r in dev if r.question in keep]
     if not any(lab is not None for r in train for lab in (r.labels or [])):
         raise ValueError("the training data has no supervised step (every label is missing)")
     return train, dev
@@ -77,12 +87,15 @@ def _checkpoints(out: Path) -> list[Path]:
     return sorted(done, key=lambda p: int(p.name.split("-")[1]))
 
 
-def evaluate(model, encoder: StepEncoder, records: list[Trajectory], pad_id: int, threshold: float | None = None) -> dict:
-    """Dev report; with threshold None the best-F1 threshold on these records is chosen."""
+def evaluate(model, encoder: StepEncoder, records: list[Trajectory], pad_id: int, threshold: float | None = None,
+             verifier: dict | None = None) -> dict:
+    """Dev report on the scores as the checkpoint will serve them (the verifier rule applied); with
+    threshold None the best-F1 threshold on these records is chosen."""
     was_training = model.training
     model.eval()
     scores = score_encoded(model, [encoder.encode(r.question, r.steps) for r in records], pad_id)
     model.train(was_training)
+    scores = apply_rule(verifier, [(r.question, r.steps) for r in records], scores)
     labels = [r.labels for r in records]
     errors = [r.first_error for r in records]
     if threshold is None:
@@ -97,6 +110,7 @@ def train(cfg: TrainJobConfig) -> dict:
     from transformers import get_scheduler
 
     t = cfg.train
+    verifier = rule(cfg.verifier.cap) if cfg.verifier.enabled else None
     accelerator = Accelerator(
         cpu=not torch.cuda.is_available(),  # several processes on a CPU-only host: gloo (MULTI_CPU)
         gradient_accumulation_steps=t.gradient_accumulation_steps,
@@ -115,7 +129,8 @@ def train(cfg: TrainJobConfig) -> dict:
     if not rows:
         raise ValueError("no training rows: no record has a supervised step")
     if t.group_by_length:
-        loader = torch.utils.data.DataLoader(group_by_length(rows, t.batch_size, t.seed), batch_size=1, shuffle=True, collate_fn=Collator(pad_id, pregrouped=True))
+        loader = torch.utils.data.DataLoader(group_by_length(rows, t.batch_size, t.seed), batch_size=1, shuffle=True,
+                                             collate_fn=Collator(pad_id, pregrouped=True))
     else:
         loader = torch.utils.data.DataLoader(rows, batch_size=t.batch_size, shuffle=True, collate_fn=Collator(pad_id))
     trainable = [p for p in model.parameters() if p.requires_grad]
@@ -168,9 +183,14 @@ def train(cfg: TrainJobConfig) -> dict:
                 loss_sum, loss_n = 0.0, 0
             if t.eval_steps and step % t.eval_steps == 0 and dev_records and step < t.max_steps:
                 if accelerator.is_main_process:
-                    rep = evaluate(accelerator.unwrap_model(model), encoder, dev_records, pad_id)
+                    rep = evaluate(accelerator.unwrap_model(model), encoder, dev_records, pad_id, verifier=verifier)
                     history.append({"step": step, "dev": rep})
                     accelerator.print(json.dumps({"step": step, "dev": rep}))
+                accelerator.wait_for_everyone()
+            if t.snapshot_steps and step % t.snapshot_steps == 0 and step < t.max_steps:
+                if accelerator.is_main_process:
+                    _snapshot(accelerator.unwrap_model(model), tok, encoder, dev_records, pad_id, cfg, tag_id, out / "snapshots" / f"step-{step}",
+                              {"step": step, "tokens_seen": tokens_seen})
                 accelerator.wait_for_everyone()
             if t.save_steps and step % t.save_steps == 0 and step < t.max_steps:
                 _save_state(accelerator, out, step, tokens_seen, history, t.save_total_limit)
@@ -181,6 +201,9 @@ def train(cfg: TrainJobConfig) -> dict:
                     stop = True
                     if t.save_steps and step < t.max_steps:  # rerun with a new budget to continue from here
                         _save_state(accelerator, out, step, tokens_seen, history, t.save_total_limit)
+            if t.stop_at_step is not None and step >= t.stop_at_step:
+                accelerator.print(f"stopping at step {step} (train.stop_at_step; the schedule is {t.max_steps} steps long)")
+                stop = True
             if step >= t.max_steps or stop:
                 break
         epoch += 1
@@ -202,13 +225,14 @@ def train(cfg: TrainJobConfig) -> dict:
     }
     if accelerator.is_main_process:
         unwrapped = accelerator.unwrap_model(model)
-        dev = evaluate(unwrapped, encoder, dev_records, pad_id) if dev_records else None
+        dev = evaluate(unwrapped, encoder, dev_records, pad_id, verifier=verifier) if dev_records else None
         summary["dev"] = dev
         sidecar = Sidecar(
             step_tag=cfg.model.step_tag,
             step_tag_id=tag_id,
             max_length=cfg.model.max_length,
             threshold=dev["threshold"] if dev and not math.isnan(dev["processbench_f1"]) else None,
+            verifier=verifier,
             training=summary,
         )
         export(unwrapped, tok, str(out), sidecar)
@@ -217,6 +241,19 @@ def train(cfg: TrainJobConfig) -> dict:
     accelerator.wait_for_everyone()
     accelerator.end_training()
     return summary
+
+
+def _snapshot(model, tok, encoder: StepEncoder, dev: list[Trajectory], pad_id: int, cfg: TrainJobConfig, tag_id: int, path: Path, at: dict) -> None:
+    """Export a merged copy of the model as it is now (training goes on with the original)."""
+    import copy
+
+    verifier = rule(cfg.verifier.cap) if cfg.verifier.enabled else None
+    rep = evaluate(model, encoder, dev, pad_id, verifier=verifier) if dev else None
+    ok = rep is not None and not math.isnan(rep["processbench_f1"])
+    sidecar = Sidecar(step_tag=cfg.model.step_tag, step_tag_id=tag_id, max_length=cfg.model.max_length,
+                      threshold=rep["threshold"] if ok else None, verifier=verifier, training={**at, "dev": rep, "snapshot": True})
+    export(copy.deepcopy(model).eval(), tok, str(path), sidecar)
+    log.info("snapshot at step %d -> %s (dev %s)", at["step"], path, rep)
 
 
 def _save_state(accelerator, out: Path, step: int, tokens_seen: int, history: list, limit: int) -> None:

@@ -15,7 +15,8 @@ from prm_distill.data.build import BuildConfig, Source, read_gsm8k, variants_of
 from prm_distill.data.perturb import Perturber, evaluate, fmt, mark_statements
 from prm_distill.records import read_jsonl
 
-NATALIA_Q = "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many clips did Natalia sell altogether in April and May?"
+NATALIA_Q = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+             "How many clips did Natalia sell altogether in April and May?")
 NATALIA_A = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nNatalia sold 48+24 = <<48+24=72>>72 clips altogether in April and May.\n#### 72"
 BETTY_Q = "Betty needs $100 for a wallet. She has half of it, her parents give her $15 and her grandparents give her $30. How much more does she need?"
 BETTY_A = "In the beginning, Betty has only 100 / 2 = $<<100/2=50>>50.\nBetty needs 100 - 50 - 30 - 15 = $<<100-50-30-15=5>>5 more.\n#### 5"
@@ -85,7 +86,8 @@ def test_variants_are_labelled_first_error_with_later_steps_unsupervised():
     counts: Counter = Counter()
     src = Source("n", NATALIA_Q, NATALIA_A.split("\n"))
     recs = variants_of(src, BuildConfig(variants=5), random.Random(3), counts)
-    assert recs[0].labels == [1.0, 1.0, 1.0] and recs[0].steps[:2] == ["Natalia sold 48/2 = 24 clips in May.", "Natalia sold 48+24 = 72 clips altogether in April and May."]
+    assert recs[0].labels == [1.0, 1.0, 1.0]
+    assert recs[0].steps[:2] == ["Natalia sold 48/2 = 24 clips in May.", "Natalia sold 48+24 = 72 clips altogether in April and May."]
     assert "72" in recs[0].steps[2] and "<<" not in " ".join(recs[0].steps)
     for r in recs[1:]:
         k = r.metadata["error_step"]

@@ -46,12 +46,13 @@ class OpenAIDouble:
     127.0.0.1 that answers POST /v1/chat/completions. `script` is consumed one entry per request:
     "ok", "429", "500", "garbage" (200 with a non-JSON body), "invalid" (a reply without a score),
     "offscale" (Score: 7), "sleep:S" (answer after S seconds); when it is empty every request is
-    "ok". With `upstream`, requests are forwarded there instead (a counting proxy in front of a
+    "ok". GET /v1/models lists `models`. With `upstream`, requests are forwarded there instead (a counting proxy in front of a
     real server). Every request body is recorded in `bodies`."""
 
     def __init__(self, script: list[str] | None = None, answer: Callable[[dict], str] = default_answer,
-                 delay_s: float = 0.0, upstream: str | None = None):
+                 delay_s: float = 0.0, upstream: str | None = None, models: list[str] | None = None):
         self.script, self.answer, self.delay_s, self.upstream = list(script or []), answer, delay_s, upstream
+        self.models = list(models or [])  # listed by GET /v1/models (the health check of policy clients)
         self.bodies: list[dict] = []
         self.headers: list[dict] = []
         self.lock = threading.Lock()
@@ -60,6 +61,12 @@ class OpenAIDouble:
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args):  # quiet
                 pass
+
+            def do_GET(self):
+                if self.path.rstrip("/").endswith("/models"):
+                    data = [{"id": m, "object": "model", "root": f"/weights/{m}"} for m in double.models]
+                    return double._send(self, 200, json.dumps({"object": "list", "data": data}).encode())
+                double._send(self, 404, b'{"error": "not found"}')
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))

@@ -142,7 +142,7 @@ def test_cli_exit_codes_and_api_key_never_written(rollouts, openai_double, tmp_p
             assert secret not in f.read_text()
     dead = run_cli(f"input={path}", f"output={tmp_path / 'dead'}", f"judge.base_url=http://127.0.0.1:{free_port()}/v1",
                    "judge.max_retries=1", "judge.backoff_s=0.01", "progress=false")
-    assert dead.returncode == 3 and "judge unavailable" in dead.stderr and "rerun to resume" in dead.stderr
+    assert dead.returncode == 4 and "judge unavailable" in dead.stderr  # exits.UNAVAILABLE, as every command and "rerun to resume" in dead.stderr
 
 
 def _wait_for(pred, timeout: float = 60) -> None:
@@ -215,11 +215,22 @@ def test_verifier_vetoes_false_arithmetic_and_can_label_alone(openai_double, tmp
     run_label_job(_cfg(path, tmp_path / "ens", d.base_url, "verifier.enabled=true"))
     (r,) = read_jsonl(tmp_path / "ens" / "labels.jsonl")
     assert r.labels == [1.0, 1.0, 0.0] and r.judge["vetoed_steps"] == [2]
-    assert r.judge["by_judge"]["arithmetic-verifier"] == [[], [1.0], [0.0]]
+    assert r.judge["by_judge"]["arithmetic-verifier"] == [[], [], [0.0]]  # true arithmetic gets no vote: it refutes, never confirms
     sent = len(d.bodies)
     s = run_label_job(_cfg(path, tmp_path / "alone", d.base_url, "verifier.alone=true"))
     (r,) = read_jsonl(tmp_path / "alone" / "labels.jsonl")
     assert r.labels == [None, 1.0, 0.0] and len(d.bodies) == sent and s["this_run"]["requests_sent"] == 0
+
+
+def test_true_arithmetic_never_outvotes_judges_that_call_the_step_wrong(openai_double, tmp_path):
+    """Three judge votes of 0 on a step whose equation holds (a wrong operand computed correctly) give 0:
+    the verifier adds no 1 vote (which made it 1/4 = 0.25 before), it can only veto."""
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps({"id": "a", "question": "Tom has 4 apples and buys 3 more. How many?", "steps": ["4 + 2 = 6 apples."]}) + "\n")
+    d = openai_double(answer=lambda body: "The second number is wrong.\nScore: 0")
+    run_label_job(_cfg(path, tmp_path / "out", d.base_url, "verifier.enabled=true", "votes=3"))
+    (r,) = read_jsonl(tmp_path / "out" / "labels.jsonl")
+    assert r.labels == [0.0] and r.votes == [[0.0, 0.0, 0.0]]
 
 
 def test_an_output_folder_never_mixes_modes(rollouts, openai_double, tmp_path):

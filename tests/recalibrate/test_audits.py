@@ -36,7 +36,7 @@ def test_a_model_built_to_reward_length_is_flagged_and_a_neutral_one_is_not(posi
     engine, records, scores = _scored(position_models["rewards_length"], correct_heldout)
     # the model really rewards position: within every trajectory the scores rise step by step
     assert all(all(b > a for a, b in zip(ss, ss[1:])) for ss in scores)
-    audit = run_audits(records, scores, engine.score, settings)
+    audit = run_audits(records, scores, engine, settings)
     verb = audit["verbosity"]
     assert "rewards_padding" in audit["flags"] and verb["flag"] and verb["n_trajectories"] == 12
     for kind in ("redundant", "filler"):
@@ -53,7 +53,7 @@ def test_a_model_built_to_reward_length_is_flagged_and_a_neutral_one_is_not(posi
     engine, records, scores = _scored(position_models["neutral"], correct_heldout)
     p = 1 / (1 + math.exp(-0.8))  # constant P(good) = sigmoid(bias)
     assert np.allclose([s for ss in scores for s in ss], p, atol=1e-6)
-    audit = run_audits(records, scores, engine.score, settings)
+    audit = run_audits(records, scores, engine, settings)
     assert audit["flags"] == []
     verb = audit["verbosity"]
     for kind in ("redundant", "filler"):
@@ -68,7 +68,7 @@ def test_a_model_built_to_reward_length_is_flagged_and_a_neutral_one_is_not(posi
 def test_neutral_product_change_is_the_closed_form(position_models, correct_heldout):
     settings = AuditSettings(max_trajectories=5, n_inserted=2)
     engine, records, scores = _scored(position_models["neutral"], correct_heldout)
-    verb = verbosity(records, scores, engine.score, settings)
+    verb = verbosity(records, scores, engine, settings)
     p = 1 / (1 + math.exp(-0.8))
     # each padded product has two more factors p: after = p^2 * before, trajectory by trajectory
     before = verb["kinds"]["filler"]["aggregations"]["product"]["before"]

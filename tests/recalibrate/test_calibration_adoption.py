@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from prm_distill import calibration as cal
+from prm_distill.checkpoint import CalibrationWatch, write_calibration
 from prm_distill.metrics import expected_calibration_error
 from prm_distill.records import Trajectory
 from prm_distill.recalibrate.adoption import fit_and_check, maybe_adopt
@@ -93,7 +94,7 @@ def test_adoption_refused_when_the_sidecar_is_already_calibrated(model_copy):
     records, scores = _records_and_scores(200, set(ids), fit_scale=2.0, eval_scale=2.0)
     first = maybe_adopt(model_copy, fit_and_check(records, scores, None, settings), adopt=True)
     assert first["adopted"] and first["version"] == 1
-    served = cal.CalibrationWatch(model_copy).current()
+    served = CalibrationWatch(model_copy).current()
     before = (model_copy / "prm_distill.json").read_bytes()
     second = maybe_adopt(model_copy, fit_and_check(records, scores, served, settings), adopt=True)
     assert second["ece_after"] == pytest.approx(second["ece_before"], abs=1e-12) and second["adopted"] is False
@@ -103,7 +104,7 @@ def test_adoption_refused_when_the_sidecar_is_already_calibrated(model_copy):
 def test_adoption_writes_versions_and_the_watch_sees_them(model_copy):
     settings = CalibrationSettings()
     ids = [f"h{i}" for i in range(300)]
-    watch = cal.CalibrationWatch(model_copy)
+    watch = CalibrationWatch(model_copy)
     assert watch.current() is None
     records, scores = _records_and_scores(300, set(ids), fit_scale=3.0, eval_scale=3.0)
     res = fit_and_check(records, scores, None, settings)
@@ -155,11 +156,11 @@ def test_a_concurrent_reader_never_sees_a_half_written_sidecar(model_copy, tmp_p
     try:
         time.sleep(0.3)
         for k in range(60):
-            cal.write_calibration(model_copy, {"method": "temperature", "params": {"temperature": 1.0 + k / 10}})
+            write_calibration(model_copy, {"method": "temperature", "params": {"temperature": 1.0 + k / 10}})
     finally:
         stop.write_text("")
         out, _ = reader.communicate(timeout=30)
     res = json.loads(out)
     assert res["reads"] > 60 and res["n_bad"] == 0, res
     assert res["backwards"] == 0 and res["last"] == 60
-    assert cal.CalibrationWatch(model_copy).current()["version"] == 60
+    assert CalibrationWatch(model_copy).current()["version"] == 60

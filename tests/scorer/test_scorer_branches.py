@@ -7,7 +7,17 @@ import asyncio
 import pytest
 import torch
 
-from prm_distill.scorer import BaseScorer, PRMConfig, PRMRunner, clone_branches, order_parents_first, score_branches
+from prm_distill.scorer import (
+    BaseScorer,
+    PRMConfig,
+    PRMExportStats,
+    PRMMetrics,
+    PRMRunner,
+    clone_branches,
+    order_parents_first,
+    score_branches,
+    score_prm_branches,
+)
 
 
 class MessageCount(BaseScorer):
@@ -128,3 +138,53 @@ def test_parent_cycles_are_refused(make_turn):
     z = make_turn("z", parent=y)
     with pytest.raises(ValueError, match="cycle"):
         clone_branches([z])
+
+
+def test_score_prm_branches_takes_leaves_and_returns_unpublished_stats(make_turn):
+    root, a, _, c = tree(make_turn)
+    runner = PRMRunner(PRMConfig(scorers=[MessageCount()]))
+    scored, stats = asyncio.run(score_prm_branches({"a": a, "c": c}, runner, session_id="s1", is_eval=False))
+    assert list(scored) == ["a", "c"] and scored["c"] is not c
+    assert scored["c"].parent.parent.token_rewards.tolist() == [6.5, 6.5]  # the root, scored in branch c
+    assert scored["a"].parent.token_rewards.tolist() == [4.5, 4.5]
+    assert root.token_rewards.tolist() == [0.5, 0.5] and c.token_rewards is None
+    assert isinstance(stats, PRMExportStats)
+    assert stats.trajectory_rewards == [("message_count", 8.0), ("message_count", 18.0)]
+    assert [r.reward for r in stats.turns] == [4.0, 4.0, 6.0, 6.0, 6.0]
+    assert runner.metrics.summary() == {}  # the caller publishes once the session succeeded
+    sink = PRMMetrics()
+    stats.record(is_eval=False, metrics=sink)
+    assert sink.summary()["rollout/prm_trajectory_reward/message_count"] == 13.0
+
+
+def test_score_prm_branches_refuses_a_leaf_under_another_id(make_turn):
+    _, a, _, _ = tree(make_turn)
+    runner = PRMRunner(PRMConfig(scorers=[MessageCount()]))
+    with pytest.raises(ValueError, match="leaf ID mismatch.*mapping key 'x', interaction ID 'a'"):
+        asyncio.run(score_prm_branches({"x": a}, runner, session_id="s1", is_eval=False))
+
+
+def test_clones_own_their_messages(make_turn):
+    root, a, _, _ = tree(make_turn)
+    (chain,) = clone_branches([root, a]).values()
+    chain[0].messages.append({"role": "user", "content": "edited by a scorer"})
+    chain[1].output_message_list[0]["content"] = "edited"
+    assert len(root.messages) == 1 and a.output_message_list[0]["content"] == "a-a"
+
+
+def test_run_commits_through_a_container_with_set_token_rewards(make_turn):
+    class Cache(dict):
+        """A mapping that, like AReaL's InteractionCache, owns how rewards are written."""
+
+        def __init__(self, *args):
+            super().__init__(*args)
+            self.writes = []
+
+        def set_token_rewards(self, interaction_id, token_rewards):
+            self.writes.append(interaction_id)
+            self[interaction_id].token_rewards = token_rewards.clone()
+
+    turn = make_turn("t", n_tokens=2)
+    cache = Cache({"t": turn})
+    asyncio.run(PRMRunner(PRMConfig(scorers=[MessageCount()])).run(cache, {"messages": [1, 2, 3]}))
+    assert cache.writes == ["t"] and turn.token_rewards.tolist() == [3.0, 3.0]

@@ -88,14 +88,14 @@ def test_scorer_entries_may_be_mappings_configs_or_instances():
         ({"advantage_shaping": {"zero_eps": float("nan")}}, "advantage_shaping.zero_eps: expected a finite number"),
         ({"advantage_shaping": {"moed": "gvpo"}}, "advantage_shaping.moed: unknown key"),
         ({"error_policy": "ignore"}, "error_policy: unknown policy 'ignore' (expected reject|keep_original)"),
-        ({"enabled": "yes"}, "enabled: expected true or false"),
+        ({"enabled": "maybe"}, "enabled: expected true or false"),
         ({"scorers": [{"path": ""}]}, "scorers[0].path: must be a non-empty dotted import path"),
         (
             {"scorers": [{"path": "a.B"}, {"path": "a.C", "weight": "high"}]},
             "scorers[1].weight: expected a finite number",
         ),
         ({"scorers": [{"path": "a.B", "kwargs": [1]}]}, "scorers[0].kwargs: expected a mapping"),
-        ({"scorers": [{"path": "a.B", "enabled": 1}]}, "scorers[0].enabled: expected true or false"),
+        ({"scorers": [{"path": "a.B", "enabled": 2}]}, "scorers[0].enabled: expected true or false"),
         ({"scorers": [{"path": "a.B", "kwarg": {}}]}, "scorers[0].kwarg: unknown key"),
         ({"scorers": ["a.B"]}, "scorers[0]: expected a {path, weight, enabled, kwargs} mapping"),
         ({"scorers": {"path": "a.B"}}, "scorers: expected a list"),
@@ -214,3 +214,35 @@ def test_load_errors_name_the_trainer_key(data, message):
     with pytest.raises(PRMConfigError) as caught:
         load_prm_config(data)
     assert str(caught.value).startswith(message)
+
+
+def test_scorer_config_coerces_as_areal_does():
+    # YAML or CLI overrides arrive as strings and 0/1; AReaL reads them with float() and bool().
+    config = PRMScorerConfig(path="a.B", weight="0.25", enabled=0)
+    assert (config.weight, config.enabled) == (0.25, False)
+    assert PRMScorerConfig(path="a.B", enabled="true").enabled is True
+    with pytest.raises(PRMConfigError, match="weight: expected a finite number, got the bool True"):
+        PRMScorerConfig(path="a.B", weight=True)
+    with pytest.raises(PRMConfigError, match="weight: expected a finite number, got 'nan'"):
+        PRMScorerConfig(path="a.B", weight="nan")
+
+
+def test_scorer_entries_set_after_construction_are_resolved_by_the_runner(make_turn):
+    # AReaL's hosts assign `config.scorers` later, with dicts, ready scorers or configs.
+    config = PRMConfig()
+    config.scorers = [
+        {"path": "prm_distill.scorer.LengthBudgetScorer", "weight": "2", "kwargs": {"max_output_tokens": 4}}
+    ]
+    runner = PRMRunner(config)
+    turn = make_turn("t", n_tokens=1)
+    asyncio.run(runner.run([turn]))
+    assert turn.token_rewards.tolist() == [2.0]
+    config.scorers = ["prm_distill.scorer.LengthBudgetScorer"]
+    with pytest.raises(PRMConfigError, match=r"scorers\[0\]: expected a \{path, weight, enabled, kwargs\} mapping"):
+        PRMRunner(config)
+
+
+def test_commit_scope_is_checked():
+    assert PRMConfig().commit_scope == "scorer"  # AReaL's rule by default
+    with pytest.raises(PRMConfigError, match="commit_scope: unknown scope 'branch'"):
+        PRMConfig(commit_scope="branch")

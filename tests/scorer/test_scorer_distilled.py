@@ -100,8 +100,9 @@ def engine(tiny_checkpoint) -> PRMEngine:
 def steps_of_tokens(tok, text, split=None) -> tuple[list[int], list[int]]:
     """The policy's own tokenization of `text` + EOS, and the step each token's reward came from."""
     ids = tok.encode(text, add_special_tokens=False) + [tok.eos_token_id]
-    turn = Interaction(interaction_id="t", messages=[{"role": "user", "content": "q"}],
-                       model_response=ModelResponse(output_tokens=ids))
+    turn = Interaction(
+        interaction_id="t", messages=[{"role": "user", "content": "q"}], model_response=ModelResponse(output_tokens=ids)
+    )
     scorer = DistilledPRMScorer(engine=FakeBackend(), policy_tokenizer=tok, split=split)  # prob, spread
     reward = asyncio.run(scorer.evaluate(turn, {}))
     return ids, [round(float(r) * 10) - 1 for r in reward]
@@ -177,8 +178,13 @@ def test_explicit_transform_and_placement_override_the_mode_defaults(smol_tokeni
 def test_temperature_calibration_and_the_sidecar_threshold(smol_tokenizer):
     # T = 2: sigmoid(logit(p) / 2). logit(0.9) = ln 9 -> ln 3 -> 3/4; logit(0.2) = -ln 4 -> -ln 2 -> 1/3;
     # the sidecar threshold 0.8 (ln 4 -> ln 2) becomes 2/3, so step 2 fails and step 1 does not.
-    sidecar = Sidecar(step_tag="<|step|>", step_tag_id=1, max_length=64, threshold=0.8,
-                      calibration={"method": "temperature", "params": {"temperature": 2.0}})
+    sidecar = Sidecar(
+        step_tag="<|step|>",
+        step_tag_id=1,
+        max_length=64,
+        threshold=0.8,
+        calibration={"method": "temperature", "params": {"temperature": 2.0}},
+    )
     turn = make_turn(smol_tokenizer, "t", MARKER_CHUNKS[1:])
     scorer = scorer_with(smol_tokenizer, [0.9, 0.2], sidecar=sidecar)
     assert scorer.threshold == pytest.approx(2 / 3)
@@ -187,15 +193,19 @@ def test_temperature_calibration_and_the_sidecar_threshold(smol_tokenizer):
     assert result.observations[0].value == pytest.approx((0.75 + 1 / 3) / 2)
     assert result.observations[1].value is True
     raw = scorer_with(smol_tokenizer, [0.9, 0.2], sidecar=sidecar, calibrate=False)
-    torch.testing.assert_close(asyncio.run(raw.evaluate(turn.interaction, {})),
-                               torch.tensor([[0.9, 0.2][c] for c in turn.chunk_of_token]))
+    torch.testing.assert_close(
+        asyncio.run(raw.evaluate(turn.interaction, {})), torch.tensor([[0.9, 0.2][c] for c in turn.chunk_of_token])
+    )
 
 
-@pytest.mark.parametrize(("calibration", "message"), [
-    ({"method": "platt", "params": {}}, "method 'platt' is not one of temperature|isotonic"),
-    ({"method": "isotonic", "params": {}}, "isotonic params need lists x and y"),
-    ({"method": "temperature", "params": {"temperature": 0}}, "temperature must be a finite number > 0"),
-])
+@pytest.mark.parametrize(
+    ("calibration", "message"),
+    [
+        ({"method": "platt", "params": {}}, "method 'platt' is not one of temperature|isotonic"),
+        ({"method": "isotonic", "params": {}}, "isotonic params need lists x and y"),
+        ({"method": "temperature", "params": {"temperature": 0}}, "temperature must be a finite number > 0"),
+    ],
+)
 def test_a_malformed_calibration_is_refused_at_start_up(smol_tokenizer, calibration, message):
     sidecar = Sidecar(step_tag="<|step|>", step_tag_id=1, max_length=64, calibration=calibration)
     with pytest.raises(ValueError, match=message):
@@ -205,8 +215,13 @@ def test_a_malformed_calibration_is_refused_at_start_up(smol_tokenizer, calibrat
 def test_isotonic_calibration_maps_scores_and_threshold_by_linear_interpolation(smol_tokenizer):
     # Breakpoints (0, 0) (0.5, 0.2) (1, 1): 0.9 -> 0.2 + 0.4/0.5 * 0.8 = 0.84; 0.2 -> 0.2 * 0.2/0.5 = 0.08;
     # the sidecar threshold 0.6 -> 0.2 + 0.1/0.5 * 0.8 = 0.36.
-    sidecar = Sidecar(step_tag="<|step|>", step_tag_id=1, max_length=64, threshold=0.6,
-                      calibration={"method": "isotonic", "params": {"x": [0.0, 0.5, 1.0], "y": [0.0, 0.2, 1.0]}})
+    sidecar = Sidecar(
+        step_tag="<|step|>",
+        step_tag_id=1,
+        max_length=64,
+        threshold=0.6,
+        calibration={"method": "isotonic", "params": {"x": [0.0, 0.5, 1.0], "y": [0.0, 0.2, 1.0]}},
+    )
     turn = make_turn(smol_tokenizer, "t", MARKER_CHUNKS[1:])
     scorer = scorer_with(smol_tokenizer, [0.9, 0.2], sidecar=sidecar)
     assert scorer.threshold == pytest.approx(0.36)
@@ -248,16 +263,31 @@ def test_observations_report_the_mean_step_score_and_whether_a_step_fails(smol_t
     turn = make_turn(smol_tokenizer, "t", MARKER_CHUNKS)
     result = asyncio.run(scorer_with(smol_tokenizer, scores, threshold=0.5).evaluate_result(turn.interaction, {}))
     mean, found = result.observations
-    assert mean == PRMMetricObservation(metric_id="mean_step_score", scope="turn", target_id="t",
-                                        value=mean.value, value_type="float", aggregations=("mean",))
+    assert mean == PRMMetricObservation(
+        metric_id="mean_step_score",
+        scope="turn",
+        target_id="t",
+        value=mean.value,
+        value_type="float",
+        aggregations=("mean",),
+    )
     assert mean.value == pytest.approx(sum(scores) / 3)
-    assert found == PRMMetricObservation(metric_id="first_failing_step_found", scope="turn", target_id="t",
-                                         value=failing, value_type="boolean", aggregations=("count", "rate"))
+    assert found == PRMMetricObservation(
+        metric_id="first_failing_step_found",
+        scope="turn",
+        target_id="t",
+        value=failing,
+        value_type="boolean",
+        aggregations=("count", "rate"),
+    )
 
 
 def test_the_question_is_the_last_user_message_or_the_rendered_conversation(smol_tokenizer):
-    history = [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "Add 2 and 2."},
-               {"role": "assistant", "content": "4"}]
+    history = [
+        {"role": "system", "content": "Be terse."},
+        {"role": "user", "content": "Add 2 and 2."},
+        {"role": "assistant", "content": "4"},
+    ]
     turn = make_turn(smol_tokenizer, "t", MARKER_CHUNKS, question="Now times 3?", history=history)
     turn.interaction.messages[-1]["content"] = [{"type": "text", "text": "Now times 3?"}]  # OpenAI content parts
     for context, question in [
@@ -302,8 +332,11 @@ def test_a_malformed_model_answer_is_an_error(smol_tokenizer):
 
 
 def test_a_response_without_text_is_rejected_unless_configured_to_score_zero(smol_tokenizer):
-    tool_call_only = Interaction(interaction_id="tool", messages=[{"role": "user", "content": "q"}],
-                                 model_response=ModelResponse(output_tokens=[smol_tokenizer.eos_token_id] * 2))
+    tool_call_only = Interaction(
+        interaction_id="tool",
+        messages=[{"role": "user", "content": "q"}],
+        model_response=ModelResponse(output_tokens=[smol_tokenizer.eos_token_id] * 2),
+    )
     with pytest.raises(ValueError, match="no text to score"):
         asyncio.run(scorer_with(smol_tokenizer, [0.9]).evaluate(tool_call_only, {}))
     backend = FakeBackend()
@@ -389,8 +422,13 @@ def test_32_concurrent_sessions_get_the_same_rewards_as_sequential_scoring(smol_
 
 def test_the_trajectory_scorer_scores_a_branch_in_one_call_and_maps_back_per_turn(smol_tokenizer, engine):
     first = make_turn(smol_tokenizer, "a", MARKER_CHUNKS[:2])
-    second = make_turn(smol_tokenizer, "b", ["Step 3: 12 - 2 = 10.\n\n", "Step 4: So 10 is left."],
-                       parent=first.interaction, question="Now subtract 2.")
+    second = make_turn(
+        smol_tokenizer,
+        "b",
+        ["Step 3: 12 - 2 = 10.\n\n", "Step 4: So 10 is left."],
+        parent=first.interaction,
+        question="Now subtract 2.",
+    )
     steps_a = split_steps("".join(MARKER_CHUNKS[:2]))
     steps_b = split_steps("Step 3: 12 - 2 = 10.\n\nStep 4: So 10 is left.")
     expected = engine.score([("What is 2 + 2, times 3?", steps_a + steps_b)])[0]
@@ -428,8 +466,13 @@ def trainer_config(mode: str, tiny_checkpoint: Path, threshold: float) -> dict:
     distilled, length_budget = prm["scorers"]
     assert distilled["path"] == "prm_distill.scorer.DistilledPRMScorer"
     assert length_budget["path"] == "prm_distill.scorer.LengthBudgetScorer"
-    distilled["kwargs"].update(model=str(tiny_checkpoint), policy_tokenizer=str(tiny_checkpoint), device="cpu",
-                               for_shaping_mode=mode, threshold=threshold)
+    distilled["kwargs"].update(
+        model=str(tiny_checkpoint),
+        policy_tokenizer=str(tiny_checkpoint),
+        device="cpu",
+        for_shaping_mode=mode,
+        threshold=threshold,
+    )
     length_budget["kwargs"]["max_output_tokens"] = 20
     return data
 
@@ -466,10 +509,17 @@ def test_trainer_yaml_scores_multi_turn_branches_and_shapes_advantages(mode, smo
     # One conversation with a shared first turn and two follow-ups: two branches, three turns.
     root = make_turn(tok, "root", MARKER_CHUNKS, question="What is (2 + 2) * 3?")
     history = [*root.interaction.messages, *root.interaction.output_message_list]
-    left = make_turn(tok, "left", ["Step 1: 12 / 4 = 3.\n\n", "Step 2: The quarter is 3."], parent=root.interaction,
-                     question="What is a quarter of it?", history=history)
-    right = make_turn(tok, "right", ["Step 1: 12 + 1 = 13."], parent=root.interaction,
-                      question="And plus one?", history=history)
+    left = make_turn(
+        tok,
+        "left",
+        ["Step 1: 12 / 4 = 3.\n\n", "Step 2: The quarter is 3."],
+        parent=root.interaction,
+        question="What is a quarter of it?",
+        history=history,
+    )
+    right = make_turn(
+        tok, "right", ["Step 1: 12 + 1 = 13."], parent=root.interaction, question="And plus one?", history=history
+    )
     turns = {t.interaction.interaction_id: t for t in (root, left, right)}
 
     # Independent PRM scores: the shared splitter on each turn's text, the engine on (question, steps).

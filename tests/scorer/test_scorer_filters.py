@@ -53,9 +53,16 @@ def test_no_eos_variant_ignores_penalties_on_truncated_rows():
     assert filter_mixed_or_penalized_all_wrong_mask_no_eos(penalised_complete)
 
 
-def test_no_eos_variant_prefers_explicit_truncation_flags():
+def test_no_eos_variant_reads_truncation_from_the_attention_mask_as_areal_does():
+    # AReaL's filter decides by attention_mask alone: a flag the mask contradicts does not count.
     flagged = group([0.0, 0.0], [[0, -0.5, 0, 0], [0, 0, 0, 0]], is_truncated=torch.tensor([True, False]))
-    assert not filter_mixed_or_penalized_all_wrong_mask_no_eos(flagged)
+    assert filter_mixed_or_penalized_all_wrong_mask_no_eos(flagged)  # row 0 ends before the padding: has EOS
+    without_mask = {k: v for k, v in flagged.items() if k != "attention_mask"}
+    with pytest.raises(ValueError, match="requires attention_mask"):
+        filter_mixed_or_penalized_all_wrong_mask_no_eos(without_mask)
+    misshapen = group([0.0, 0.0], [[0, -0.5, 0, 0], [0, 0, 0, 0]], attention_mask=torch.ones(2, 3))
+    with pytest.raises(ValueError, match="matching shapes"):
+        filter_mixed_or_penalized_all_wrong_mask_no_eos(misshapen)
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import ClassVar
 
 import pytest
 
@@ -13,9 +14,9 @@ class Resource(BaseScorer):
     """A scorer holding a resource; records construction and clean-up in `events`."""
 
     name = "resource"
-    events: list[str] = []
-    instances: list[Resource] = []
-    hold_close: dict[str, asyncio.Event] = {}  # label -> released when set
+    events: ClassVar[list[str]] = []
+    instances: ClassVar[list[Resource]] = []
+    hold_close: ClassVar[dict[str, asyncio.Event]] = {}  # label -> released when set
 
     def __init__(self, label: str, fail_construct=False, fail_validate=False, fail_close=False, **kwargs) -> None:
         if fail_construct:
@@ -155,8 +156,38 @@ def test_create_attaches_clean_up_failures_to_the_original_error_as_notes():
         return caught.value
 
     error = asyncio.run(go())
-    assert len(error.__notes__) == 1 and "cannot flush leaky" in error.__notes__[0]
+    assert len(error.__notes__) == 1
+    assert "scorer cleanup failed" in error.__notes__[0] and "cannot flush leaky" in error.__notes__[0]
     assert Resource.events == ["close:bad", "close:leaky"]
+
+
+class CancelledInConstructor(Resource):
+    """Construction interrupted by cancellation (e.g. it awaited a loop-bound client that was cancelled)."""
+
+    def __init__(self, label: str, **kwargs) -> None:
+        raise asyncio.CancelledError
+
+
+@pytest.mark.parametrize("interrupt", [asyncio.CancelledError, KeyboardInterrupt])
+def test_create_rolls_back_on_cancellation_and_other_base_exceptions(interrupt, monkeypatch):
+    # Not only ordinary errors: an interrupted start-up must not leak the scorers already built.
+    def interrupted(self, label, **kwargs):
+        raise interrupt
+
+    monkeypatch.setattr(CancelledInConstructor, "__init__", interrupted)
+
+    async def go():
+        scorers = [spec("first"), PRMScorerConfig(path=f"{__name__}.CancelledInConstructor", kwargs={"label": "x"})]
+        with pytest.raises(interrupt):
+            await PRMRunner.create(PRMConfig(scorers=scorers))
+
+    asyncio.run(go())
+    assert Resource.events == ["close:first"]
+
+
+def test_runner_announces_that_it_calls_validate_prm_config():
+    # AReaL's hosts check this flag before relying on scorers validating the config.
+    assert PRMRunner.supports_scorer_config_validation is True
 
 
 def test_synchronous_constructor_builds_a_working_runner(make_turn):

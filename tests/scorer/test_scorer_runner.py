@@ -53,6 +53,9 @@ class Constant(BaseScorer):
 class SameName(BaseScorer):
     name = "constant"
 
+    async def evaluate(self, interaction, ctx):
+        return 1.0
+
 
 class Observing(BaseScorer):
     """Reports observations chosen by the test through ctx."""
@@ -127,12 +130,12 @@ def test_outcome_reward_is_never_changed(make_turn):
 @pytest.mark.parametrize(
     ("reward", "error", "match"),
     [
-        (torch.zeros(2), ValueError, r"shape \(2,\).*expected \(3,\)"),
-        (torch.zeros(1, 3), ValueError, "expected"),
+        (torch.zeros(2), ValueError, r"must return shape \(3,\) for interaction 't', got \(2,\)"),
+        (torch.zeros(1, 3), ValueError, r"must return shape \(3,\)"),
         (torch.tensor([0.0, float("nan"), 0.0]), ValueError, "non-finite"),
         (float("inf"), ValueError, "non-finite"),
-        (True, TypeError, "expected a float"),  # a deliberate zero is 0.0, not False
-        ("0.5", TypeError, "expected a float"),
+        ("half", TypeError, "expected a number, a tensor or None"),
+        (object(), TypeError, "expected a number, a tensor or None"),
     ],
 )
 def test_bad_rewards_reject_and_change_nothing(make_turn, reward, error, match):
@@ -142,14 +145,21 @@ def test_bad_rewards_reject_and_change_nothing(make_turn, reward, error, match):
     assert turn.token_rewards.tolist() == [1.0, 2.0, 3.0]
 
 
+@pytest.mark.parametrize(("reward", "expected"), [(True, 1.0), (False, 0.0), ("0.25", 0.25)])
+def test_anything_float_accepts_is_a_scalar(make_turn, reward, expected):
+    # As AReaL: a non-tensor result is float(result), so bools and numeric strings broadcast.
+    turn = make_turn("t", n_tokens=2)
+    run([Fn(const(reward))], [turn])
+    assert turn.token_rewards.tolist() == [expected, expected]
+
+
 def test_weight_overflow_is_not_finite(make_turn):
     turn = make_turn("t", n_tokens=1)
-    with pytest.raises(ValueError, match="not finite"):
+    with pytest.raises(ValueError, match="non-finite weighted token rewards"):
         run([Fn(const(1e38), weight=1e10)], [turn])
 
 
-def test_one_bad_turn_rejects_the_whole_branch(make_turn):
-    first, second = make_turn("first"), make_turn("second")
+def _flaky_second_turn():
     failure = KeyError("judge down")
 
     async def flaky(interaction, ctx):
@@ -157,10 +167,27 @@ def test_one_bad_turn_rejects_the_whole_branch(make_turn):
             raise failure
         return 1.0
 
+    return failure, flaky
+
+
+def test_one_bad_turn_rejects_the_scorer_and_keeps_earlier_scorers_by_default(make_turn):
+    # AReaL's rule (commit_scope: scorer): a scorer commits once all its turns validated.
+    first, second = make_turn("first"), make_turn("second")
+    failure, flaky = _flaky_second_turn()
     with pytest.raises(KeyError) as caught:
         run([Fn(const(0.5)), Other(flaky)], [first, second])
     assert caught.value is failure  # the scorer's own error, not a wrapper
-    # Not even the first scorer's valid results were applied.
+    # The failing scorer applied nothing, not even on the turn it scored; "fn" had committed.
+    assert first.token_rewards.tolist() == [0.5, 0.5, 0.5]
+    assert second.token_rewards.tolist() == [0.5, 0.5, 0.5]
+
+
+def test_commit_scope_run_applies_nothing_unless_every_scorer_succeeds(make_turn):
+    first, second = make_turn("first"), make_turn("second")
+    failure, flaky = _flaky_second_turn()
+    with pytest.raises(KeyError) as caught:
+        run([Fn(const(0.5)), Other(flaky)], [first, second], config_kwargs={"commit_scope": "run"})
+    assert caught.value is failure
     assert first.token_rewards is None and second.token_rewards is None
 
 
@@ -196,7 +223,10 @@ def test_a_turn_without_output_tokens_cannot_be_scored(make_turn):
 
 def test_existing_token_rewards_must_fit_the_turn(make_turn):
     turn = make_turn("t", n_tokens=3, token_rewards=torch.zeros(4))
-    with pytest.raises(ValueError, match=r"finite \[3\] tensor"):
+    with pytest.raises(ValueError, match=r"Existing token_rewards shape mismatch .*'t': expected \(3,\), got \(4,\)"):
+        run([Fn(const(1.0))], [turn])
+    turn.token_rewards = torch.tensor([0.0, float("nan"), 0.0])
+    with pytest.raises(ValueError, match="Existing token_rewards contain non-finite values"):
         run([Fn(const(1.0))], [turn])
 
 
@@ -275,11 +305,12 @@ def test_unresolvable_paths_are_reported(path, error, match):
         PRMRunner(PRMConfig(scorers=[{"path": path}]))
 
 
-def test_scorer_names_key_the_metrics_so_classes_cannot_share_one():
-    with pytest.raises(ValueError, match="names must be unique"):
-        PRMRunner(PRMConfig(scorers=[Constant(1.0), SameName()]))
-    # Two instances of one class are fine (e.g. two budgets).
-    assert len(PRMRunner(PRMConfig(scorers=[Constant(1.0), Constant(2.0)])).scorers) == 2
+def test_two_classes_may_share_a_name_and_then_share_its_metrics(make_turn):
+    # As AReaL: the name is the metric namespace, not an identity; both scorers run and add up.
+    turn = make_turn("t", n_tokens=1)
+    results = run([Constant(1.0), SameName(weight=0.5)], [turn])
+    assert [r.scorer_name for r in results] == ["constant", "constant"]
+    assert turn.token_rewards.tolist() == [1.5]
 
 
 def _trajectory_run(fn, turns):
@@ -304,9 +335,9 @@ def test_trajectory_scorer_sees_parents_first_and_missing_ids_score_zero(make_tu
 @pytest.mark.parametrize(
     ("returned", "error", "match"),
     [
-        ({"stranger": 1.0}, ValueError, "unknown interaction ids"),
-        (None, PRMRejectedError, "returned None"),
-        ({"a": None}, PRMRejectedError, r"None for \['a'\]"),
+        ({"stranger": 1.0}, ValueError, r"unknown interaction IDs: \['stranger'\]"),
+        (None, PRMRejectedError, "returned None for 2/2"),
+        ({"a": None}, PRMRejectedError, "returned None for 1/2"),
         ([("a", 1.0)], TypeError, "must return a mapping"),
     ],
 )
@@ -347,10 +378,10 @@ _per_turn_schema = {"a": ("count",), "b": ("rate",)}
     ("observations", "match"),
     [
         (lambda turn: [_observation("someone-else")], "targets 'someone-else'"),
-        (lambda turn: [_observation(turn.interaction_id)] * 2, "twice"),
+        (lambda turn: [_observation(turn.interaction_id)] * 2, "duplicate structured metric observation"),
         (
             lambda turn: [_observation(turn.interaction_id, aggregations=_per_turn_schema[turn.interaction_id])],
-            "schemas",
+            "inconsistent structured metric schema",
         ),
         (lambda turn: ["ok"], "PRMMetricObservation"),
     ],
@@ -373,10 +404,30 @@ def test_observation_schema_stays_stable_across_runs(make_turn):
         # The failed run bound nothing, so this schema becomes the metric's schema.
         await runner.run([make_turn("a")], {"observations": lambda t: [_observation(t.interaction_id)]})
         changed = make_turn("b")
-        with pytest.raises(ValueError, match="changed the schema"):
+        with pytest.raises(ValueError, match="schema changed across runs"):
             await runner.run(
                 [changed], {"observations": lambda t: [_observation(t.interaction_id, aggregations=("count",))]}
             )
         return changed
 
     assert asyncio.run(go()).token_rewards is None
+
+
+@pytest.mark.parametrize(("scope", "committed"), [("scorer", [0.0, 0.0, 0.0]), ("run", None)])
+def test_same_named_scorers_with_different_schemas_in_one_run_are_an_error(make_turn, scope, committed):
+    class Mean(Observing):
+        name = "shared"
+
+    class Sum(Observing):
+        name = "shared"
+
+        def prepare_result(self, interaction, result, ctx):
+            observation = PRMMetricObservation("q", "turn", interaction.interaction_id, 1.0, "float", ("sum",))
+            return PRMScorerResult(reward=result, observations=(observation,))
+
+    ctx = {"observations": lambda t: [PRMMetricObservation("q", "turn", t.interaction_id, 1.0, "float", ("mean",))]}
+    turn = make_turn("t")
+    with pytest.raises(ValueError, match="schema changed across runs for scorer 'shared'"):
+        run([Mean(), Sum()], [turn], ctx, config_kwargs={"commit_scope": scope})
+    # AReaL's rule keeps the first scorer's commit; `run` keeps nothing.
+    assert (turn.token_rewards.tolist() if turn.token_rewards is not None else None) == committed

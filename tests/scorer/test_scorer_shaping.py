@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from prm_distill.scorer import check_shaping_mode, fold_turn_rewards, shape_advantages
+from prm_distill.scorer import (
+    check_shaping_mode,
+    fold_turn_rewards,
+    no_eos_rows,
+    shape_advantages,
+    shape_advantages_prerolled,
+)
 
 # The spec's worked check. Token loss mask [0,0,1,1,0,1,1,1]: two turns of 2 and 3 tokens. The
 # actor holds it rolled by -1, on the positions that predict those tokens.
@@ -134,3 +140,44 @@ def test_folding_refuses_a_reward_that_varies_within_a_turn():
     token_rewards = torch.tensor([[0.0, 0.0, 0.3, 0.3, 0.0, -0.2, -0.3, -0.2]])
     with pytest.raises(RuntimeError, match="uniform"):
         fold_turn_rewards(token_rewards, ROLLED_MASK)
+
+
+def test_prerolled_helper_takes_arealss_token_advantages_and_agrees_with_ours():
+    # The worked check again, through the helper that expects rewards ALREADY rolled and masked.
+    advantages = ROLLED_MASK.float().clone()
+    token_rewards = torch.tensor([[0.0, 0.0, 0.0, 0.0, 0.0, -0.2, -0.2, -0.2]])
+    rolled = torch.roll(token_rewards, -1, dims=-1) * ROLLED_MASK  # AReaL's token_advantages
+    for mode in ("additive", "gvpo"):
+        ours = shape_advantages(advantages, token_rewards, ROLLED_MASK, mode=mode)
+        prerolled = shape_advantages_prerolled(advantages, rolled, ROLLED_MASK, mode=mode)
+        assert torch.equal(ours, prerolled)
+    shaped = shape_advantages_prerolled(advantages, rolled, ROLLED_MASK, mode="additive")
+    assert shaped[0, ACTIVE].tolist() == pytest.approx([1.0, 1.0, 0.8, 0.8, 0.8])
+    # Handing unrolled rewards to the pre-rolled helper puts the penalty one token late.
+    late = shape_advantages_prerolled(advantages, token_rewards * ROLLED_MASK, ROLLED_MASK, mode="additive")
+    assert late[0, ACTIVE].tolist() == pytest.approx([1.0, 1.0, 1.0, 0.8, 0.8])
+
+
+def test_truncated_rows_get_no_process_reward_as_with_mask_no_eos_with_zero():
+    advantages = torch.tensor([[0.0, -1.0, -1.0, 0.0], [0.0, -1.0, -1.0, 0.0]])
+    mask = torch.tensor([[0, 1, 1, 0], [0, 1, 1, 0]])
+    token_rewards = torch.tensor([[0.0, 0.0, -1.0, -1.0], [0.0, 0.0, -1.0, -1.0]])
+    attention = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]])  # row 0 fills the row: no EOS
+    truncated = no_eos_rows(attention)
+    assert truncated.tolist() == [True, False]
+    shaped = shape_advantages(advantages, token_rewards, mask, mode="gvpo", truncated_rows=truncated)
+    assert shaped[0].tolist() == [0.0, -1.0, -1.0, 0.0]  # truncated: the outcome advantage alone
+    assert shaped[1].tolist() == pytest.approx([0.0, -1.2, -1.2, 0.0])  # failed tokens: A * (1 + 0.2)
+    folded = fold_turn_rewards(token_rewards, mask, truncated_rows=truncated)
+    assert folded.tolist() == [[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, -1.0, 0.0]]
+
+
+def test_no_eos_rows_prefers_recorded_flags_like_the_actor():
+    attention = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]])
+    assert no_eos_rows(attention, torch.tensor([False, True])).tolist() == [False, True]
+    with pytest.raises(ValueError, match="one value per trajectory"):
+        no_eos_rows(attention, torch.tensor([True]))
+    with pytest.raises(ValueError, match=r"truncated_rows must be \[batch=1\]"):
+        shape_advantages(
+            torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1, 2), mode="additive", truncated_rows=torch.ones(2)
+        )

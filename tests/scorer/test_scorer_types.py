@@ -53,9 +53,14 @@ def test_interaction_carries_the_contract_fields():
 
 
 def _obs(**overrides):
-    values = dict(
-        metric_id="m", scope="turn", target_id="t", value=True, value_type="boolean", aggregations=("count", "rate")
-    )
+    values = {
+        "metric_id": "m",
+        "scope": "turn",
+        "target_id": "t",
+        "value": True,
+        "value_type": "boolean",
+        "aggregations": ("count", "rate"),
+    }
     values.update(overrides)
     return PRMMetricObservation(**values)
 
@@ -114,7 +119,22 @@ def test_scorer_constructor_checks_its_arguments():
     with pytest.raises(ValueError, match="weight"):
         Half(weight=float("inf"))
     with pytest.raises(TypeError, match="enabled"):
-        Half(enabled="false")
+        Half(enabled="sometimes")
+    with pytest.raises(TypeError, match="weight"):
+        Half(weight=True)  # a bool weight is a mistake, not 1.0
+
+
+def test_scorer_constructor_coerces_as_areal_does():
+    # AReaL applies float(weight) and bool(enabled); YAML/CLI overrides arrive as strings or 0/1.
+    scorer = Half(weight="0.5", enabled=0)
+    assert (scorer.weight, scorer.enabled) == (0.5, False)
+    assert Half(enabled="false").enabled is False and Half(enabled=1).enabled is True
+
+
+def test_score_applies_the_weight_for_callers_outside_the_runner(make_turn):
+    turn = make_turn("t")
+    assert asyncio.run(Half(weight=3.0).score(turn, {})) == 1.5
+    assert asyncio.run(Refuses().score(turn, {})) is None
 
 
 def test_evaluate_result_wraps_the_unweighted_reward(make_turn):

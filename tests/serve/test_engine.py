@@ -10,8 +10,7 @@ import pytest
 import torch
 
 import prm_distill.serve.engine as engine_module
-from prm_distill.calibration import write_calibration
-from prm_distill.checkpoint import load_checkpoint
+from prm_distill.checkpoint import load_checkpoint, write_calibration
 from prm_distill.inference import score_encoded
 from prm_distill.serve import PRMEngine
 

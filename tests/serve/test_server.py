@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from prm_distill.cli import build_parser
 from prm_distill.serve import PRMEngine
+from prm_distill.serve.client import wait_until_ready
 from prm_distill.serve.server import BackgroundServer, ServerConfig
 from prm_distill.steps import SplitConfig, split_steps
 
@@ -55,15 +56,8 @@ def server(tiny_checkpoint, engine):
 
 
 def wait_ready(url: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/health").status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.05)
-    raise TimeoutError(f"{url} did not become ready")
+    if not asyncio.run(wait_until_ready(url, timeout_s, interval_s=0.05)):
+        raise TimeoutError(f"{url} did not become ready")
 
 
 def metric(url: str, name: str, **labels: str) -> float:
@@ -312,6 +306,7 @@ def test_metrics_count_requests_errors_and_latency(server):
     assert "prm_queue_depth" in r.text and "prm_batch_steps_bucket" in r.text
 
 
+@pytest.mark.slow  # a second process loads the model
 def test_cli_serve_binds_localhost_by_default_and_finishes_in_flight_requests_on_sigterm(tiny_checkpoint, engine, expected):
     assert build_parser().parse_args(["serve", "--model", "m"]).host == "127.0.0.1"
     with socket.socket() as s:

@@ -14,14 +14,13 @@ import json
 import os
 import socket
 import subprocess
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from prm_distill.checkpoint import read_sidecar
 from prm_distill.serve import PRMEngine
+from prm_distill.serve.client import wait_until_ready
 from prm_distill.serve.vllm_backend import VLLMPoolingClient, serve_command
 
 pytestmark = pytest.mark.slow
@@ -76,16 +75,10 @@ def vllm_server_process(vllm_venv, tiny_checkpoint, tmp_path_factory):
 @pytest.fixture(scope="session")
 def vllm_url(vllm_server_process) -> str:
     proc, url, log_path = vllm_server_process
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"vllm serve exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return url
-        except httpx.TransportError:
-            pass
-        time.sleep(0.5)
+    if asyncio.run(wait_until_ready(url, timeout_s=300, interval_s=0.5, alive=lambda: proc.poll() is None)):
+        return url
+    if proc.poll() is not None:
+        pytest.fail(f"vllm serve exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
     pytest.fail(f"vllm serve was not ready after 300 s:\n{log_path.read_text()[-3000:]}")
 
 

@@ -15,6 +15,10 @@ def make_judge(cfg: JudgeConfig) -> Judge:
         from .local import LocalJudge
 
         return LocalJudge(cfg)
+    if cfg.backend == "montecarlo":
+        from .montecarlo import MonteCarloJudge
+
+        return MonteCarloJudge(cfg)
     from .vllm_offline import VLLMJudge
 
     return VLLMJudge(cfg)

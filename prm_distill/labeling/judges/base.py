@@ -6,8 +6,8 @@ killed job loses at most the requests in flight.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import asyncio
+from dataclasses import dataclass
 from typing import AsyncIterator, Protocol
 
 from ..prompts import Prompt

@@ -44,11 +44,11 @@ class LocalJudge:
         if self.tok.pad_token is None:
             self.tok.pad_token = self.tok.eos_token
         device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).eval()
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).eval()  # type: ignore[arg-type]  # transformers' stub of .to
         self._memo: dict[tuple[str, str], list[tuple[str, float, int, int]]] = {}
 
     def _chat(self, req: Request) -> str:
-        return self.tok.apply_chat_template(req.prompt.messages, tokenize=False, add_generation_prompt=True)
+        return str(self.tok.apply_chat_template(req.prompt.messages, tokenize=False, add_generation_prompt=True))
 
     def _generate(self, batch: list[Request]) -> list[Completion]:
         import torch
@@ -72,7 +72,7 @@ class LocalJudge:
             if self.tok.eos_token_id in ids:
                 ids = ids[: ids.index(self.tok.eos_token_id)]
             ids = [i for i in ids if i != self.tok.pad_token_id]
-            comps.append(Completion(self.tok.decode(ids, skip_special_tokens=True), int(mask.sum()), len(ids), latency))
+            comps.append(Completion(str(self.tok.decode(ids, skip_special_tokens=True)), int(mask.sum()), len(ids), latency))
         return comps
 
     def _options(self, req: Request) -> list[tuple[str, float, int, int]]:

@@ -1,9 +1,13 @@
 """Any OpenAI-compatible chat endpoint (vLLM, SGLang, llama.cpp server, hosted APIs), asynchronously.
 
-Bounded concurrency, a per-request timeout, and retries with exponential backoff on 429, 5xx,
-timeouts and connection errors; other 4xx answers (a wrong model name, a bad key) are not retried,
+Bounded concurrency, a per-request timeout, and retries (the package's one `retry.RetryPolicy`)
+on 429, 5xx, timeouts and connection errors; other 4xx answers (a wrong model name, a bad key) are not retried,
 since asking again cannot fix them. The API key comes from an environment variable and is only
 ever placed in the Authorization header: never in messages, logs or outputs.
+
+Several comma-separated base URLs are used round robin (`generate.EndpointPool`): the ones that
+fail a health check (GET /models) at start are skipped, and one that fails mid-job is rested for a
+while and its requests retried on the others.
 """
 
 from __future__ import annotations
@@ -11,23 +15,18 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from typing import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 
+from ...generate import EndpointPool
+from ...retry import JUDGE_RETRY_STATUSES, RetryPolicy
 from ..config import JudgeConfig
 from .base import Completion, Interrupted, JudgeUnavailable, Request
 
 
 class _Retryable(Exception):
-    def __init__(self, reason: str, retry_after: float | None = None):
+    def __init__(self, reason: str, headers: Mapping[str, str] | None = None):
         super().__init__(reason)
-        self.retry_after = retry_after
-
-
-def _retry_after(headers) -> float | None:
-    try:
-        return min(float(headers.get("retry-after", "")), 60.0)
-    except ValueError:
-        return None
+        self.headers = headers
 
 
 class OpenAIJudge:
@@ -38,25 +37,47 @@ class OpenAIJudge:
         self.cfg = cfg
         key = os.environ.get(cfg.api_key_env) if cfg.api_key_env else None
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self.client = httpx.AsyncClient(base_url=cfg.base_url.rstrip("/"), headers=headers, timeout=cfg.timeout_s)
+        self.pool = EndpointPool.parse(cfg.base_url)
+        if len(self.pool.urls) > 1:
+            self._health_check(headers)
+        self.client = httpx.AsyncClient(headers=headers, timeout=cfg.timeout_s)
         self.sem = asyncio.Semaphore(cfg.concurrency)
         self.sent = 0  # HTTP requests sent (retries included)
+        self.retry = RetryPolicy(max_retries=cfg.max_retries, backoff_s=cfg.backoff_s, max_backoff_s=60.0,
+                                 retry_statuses=JUDGE_RETRY_STATUSES, jitter=False)
+
+    def _health_check(self, headers: dict[str, str]) -> None:
+        """Skip endpoints that do not answer GET /models; none answering is an error before any work."""
+        import httpx
+
+        for url in self.pool.urls:
+            try:
+                httpx.get(f"{url}/models", headers=headers, timeout=min(self.cfg.timeout_s, 10.0)).raise_for_status()
+            except httpx.HTTPError:
+                self.pool.mark_down(url)
+        if len(self.pool.down_since) == len(self.pool.urls):
+            raise JudgeUnavailable(f"judge {self.name}: no endpoint answered GET /models ({self.cfg.base_url})")
 
     async def _once(self, body: dict) -> Completion:
         import httpx
 
         t0 = time.perf_counter()
+        url = self.pool.pick()
         try:
             self.sent += 1
-            r = await self.client.post("/chat/completions", json=body)
+            r = await self.client.post(f"{url}/chat/completions", json=body)
         except httpx.TimeoutException:
-            raise _Retryable(f"no answer within {self.cfg.timeout_s:g} s") from None
+            self.pool.mark_down(url)
+            raise _Retryable(f"no answer within {self.cfg.timeout_s:g} s from {url}") from None
         except httpx.TransportError as e:
-            raise _Retryable(f"connection error ({type(e).__name__}: {e})") from None
-        if r.status_code == 429 or r.status_code >= 500:
-            raise _Retryable(f"HTTP {r.status_code}", _retry_after(r.headers))
+            self.pool.mark_down(url)
+            raise _Retryable(f"connection error at {url} ({type(e).__name__}: {e})") from None
+        if self.retry.retries_status(r.status_code):
+            self.pool.mark_down(url)
+            raise _Retryable(f"HTTP {r.status_code} from {url}", r.headers)
         if r.status_code != 200:
             raise JudgeUnavailable(f"judge {self.name} at {self.cfg.base_url}: HTTP {r.status_code} (not retried): {r.text[:300]}")
+        self.pool.mark_up(url)
         try:
             data = r.json()
             text = data["choices"][0]["message"]["content"] or ""
@@ -75,9 +96,9 @@ class OpenAIJudge:
                 try:
                     return await self._once(body)
                 except _Retryable as e:
-                    reason, wait = str(e), e.retry_after
+                    reason, headers = str(e), e.headers
             if attempt < self.cfg.max_retries:
-                await asyncio.sleep(wait if wait is not None else self.cfg.backoff_s * 2**attempt)
+                await asyncio.sleep(self.retry.delay(attempt, headers))
         raise JudgeUnavailable(f"judge {self.name} at {self.cfg.base_url} failed after {self.cfg.max_retries + 1} attempts: {reason}")
 
     async def stream(self, requests: list[Request], stop: asyncio.Event) -> AsyncIterator[tuple[int, Completion]]:

@@ -26,7 +26,8 @@ class VLLMJudge:
         self.name = cfg.name
         # fp32 is 2-4x faster than bf16 on CPUs (../shared/notes/vllm-on-cpu.md).
         dtype = "auto" if torch.cuda.is_available() else "float32"
-        self.llm = LLM(model=resolve_backbone(cfg.model), dtype=dtype, enforce_eager=True, max_model_len=4096)
+        kwargs = {"dtype": dtype, "enforce_eager": True, "max_model_len": 4096, **cfg.vllm}  # judge.vllm: tensor/data parallel, ...
+        self.llm = LLM(model=resolve_backbone(cfg.model), **kwargs)
 
     def _generate(self, requests: list[Request]) -> list[Completion]:
         from vllm import SamplingParams

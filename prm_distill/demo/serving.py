@@ -1,5 +1,5 @@
-"""The serving step of the main job: the exported checkpoint behind the HTTP server on 127.0.0.1,
-a few held-out trajectories scored over HTTP by the async client, latency printed, server stopped."""
+"""The demo's serving stage: the loaded engine behind the HTTP server on 127.0.0.1, a few held-out
+trajectories scored over HTTP by the async client, latency printed, server stopped."""
 
 from __future__ import annotations
 
@@ -7,12 +7,15 @@ import asyncio
 import statistics
 import time
 
-from .records import Trajectory
+from ..protocol import StepScorer
+from ..records import Trajectory
 
 
 async def _score_over_http(url: str, records: list[Trajectory]) -> tuple[list[float], list[list[float]]]:
-    from .serve import PRMClient
+    from ..serve.client import PRMClient, wait_until_ready
 
+    if not await wait_until_ready(url, timeout_s=120):  # the model "loads" after the socket opens
+        raise RuntimeError(f"the demo server at {url} did not become ready in 120 s")
     client = await PRMClient.connect(url)
     try:
         latencies, scores = [], []
@@ -25,21 +28,16 @@ async def _score_over_http(url: str, records: list[Trajectory]) -> tuple[list[fl
         await client.aclose()
 
 
-def serve_and_score(model_dir: str, records: list[Trajectory]) -> str:
-    from .serve.server import BackgroundServer, ServerConfig
+def serve_and_score(model_dir: str, engine: StepScorer, records: list[Trajectory]) -> str:
+    """Serve `engine` (already loaded from `model_dir`) and score `records` over HTTP."""
+    from ..serve.config import ServerConfig
+    from ..serve.runner import BackgroundServer
 
-    with BackgroundServer(ServerConfig(model=model_dir, port=0)) as server:
-        deadline = time.monotonic() + 120
-        import httpx
-
-        while httpx.get(server.url + "/health").status_code != 200:  # the model loads after the socket opens
-            if time.monotonic() > deadline:
-                raise RuntimeError("the demo server did not become ready in 120 s")
-            time.sleep(0.2)
+    with BackgroundServer(ServerConfig(model=str(model_dir), port=0), lambda: engine) as server:
         latencies, scores = asyncio.run(_score_over_http(server.url, records))
     lines = [f"served at {server.url} (stopped); {len(records)} trajectories scored over HTTP"]
     for r, s in zip(records, scores):
-        lines.append(f"  {r.id:10} labels {[None if x is None else int(x) for x in r.labels]}  scores {[round(x, 2) for x in s]}")
+        lines.append(f"  {r.id:10} labels {[None if x is None else int(x) for x in r.labels or []]}  scores {[round(x, 2) for x in s]}")
     lines.append(f"  latency per request: p50 {statistics.median(latencies):.1f} ms, max {max(latencies):.1f} ms "
                  f"({sum(len(r.steps) for r in records) / (sum(latencies) / 1000):.0f} steps/s)")
     return "\n".join(lines)

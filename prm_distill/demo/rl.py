@@ -1,5 +1,6 @@
-"""The RL half of the main job: the distilled PRM as a dense per-token scorer in the runner built
-from the trainer-style YAML, scoring multi-turn rollouts and shaping advantages in every mode.
+"""The demo's RL stage: the distilled PRM as a dense per-token scorer in the runner built from the
+trainer-style YAML (shipped in this package), scoring multi-turn rollouts and shaping advantages in
+every mode. The scorer borrows the demo's loaded engine (behind a `ScoreBatcher`): no model is loaded here.
 
 Rollouts are held-out synthetic problems answered in two turns (a solution, then a check asked by
 the user), one correct and one going wrong at a known step, tokenised with the policy tokenizer
@@ -10,13 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from pathlib import Path
+from importlib.resources import files
+from typing import Any
 
 import torch
 import yaml
 
-from .records import Trajectory
-from .scorer import Interaction, ModelResponse, PRMRunner, load_prm_config, score_branches, shape_advantages
+from ..protocol import StepScorer
+from ..records import Trajectory
+from ..scorer import Interaction, ModelResponse, PRMRunner, load_prm_config, score_branches, shape_advantages
+from ..serve.batcher import ScoreBatcher
+
+TRAINER_PRM_CONFIG = "trainer_prm.yaml"  # package data; a copy of configs/trainer_prm.yaml
 
 MODES = ("process_weighted", "gvpo", "additive")
 
@@ -51,14 +57,22 @@ def build_rollouts(tok, records: list[Trajectory]) -> list[Interaction]:
     return out
 
 
-def _config(path: Path, mode: str, model_dir: str) -> dict:
-    data = yaml.safe_load(path.read_text())
+def trainer_config() -> dict[str, Any]:
+    """The trainer-style YAML shipped with the package."""
+    return yaml.safe_load(files(__package__).joinpath(TRAINER_PRM_CONFIG).read_text(encoding="utf-8"))
+
+
+def _config(data: dict[str, Any], mode: str, backend: ScoreBatcher, tokenizer: Any) -> dict[str, Any]:
+    """The YAML for one shaping mode, its distilled scorer pointed at the loaded engine."""
     cfg = copy.deepcopy(data)
     prm = cfg["rollout"]["agent"]["prm"]
     prm["advantage_shaping"]["mode"] = mode
     for s in prm["scorers"]:
         if s["path"].endswith("DistilledPRMScorer"):
-            s.setdefault("kwargs", {}).update(model=model_dir, policy_tokenizer=model_dir, for_shaping_mode=mode, device="cpu")
+            kwargs = s.setdefault("kwargs", {})
+            for in_process_only in ("model", "device", "max_batch_tokens", "max_wait_ms"):
+                kwargs.pop(in_process_only, None)
+            kwargs.update(engine=backend, policy_tokenizer=tokenizer, for_shaping_mode=mode)
     return cfg
 
 
@@ -70,19 +84,20 @@ async def _score(cfg: dict, rollouts: list[Interaction]) -> dict[str, list[Inter
         await runner.aclose()
 
 
-def shaped_table(model_dir: str, records: list[Trajectory], config_path: Path) -> str:
-    """Score the rollouts under each shaping mode and tabulate mean outcome vs shaped advantage."""
-    from transformers import AutoTokenizer
+def shaped_table(engine: StepScorer, tok: Any, records: list[Trajectory]) -> str:
+    """Score the rollouts under each shaping mode and tabulate mean outcome vs shaped advantage.
 
-    tok = AutoTokenizer.from_pretrained(model_dir)
+    `tok` is the policy tokenizer (here the student's own, as SmolLM2 would be both policy and PRM)."""
     rollouts = build_rollouts(tok, records)
+    data = trainer_config()
+    backend = ScoreBatcher(engine)
     lines = [f"{'mode':18}{'trajectory':14}{'outcome adv':>12}{'mean token reward':>19}{'min token reward':>18}{'mean shaped adv':>17}"]
     for mode in MODES:
-        branches = asyncio.run(_score(_config(config_path, mode, model_dir), rollouts))
+        branches = asyncio.run(_score(_config(data, mode, backend, tok), rollouts))
         for leaf, chain in branches.items():
-            ids = [i for turn in chain for i in turn.model_response.output_tokens]
-            rewards = torch.cat([turn.token_rewards for turn in chain])
-            adv = 1.0 if chain[0].reward > 0 else -1.0
+            ids = [i for turn in chain if turn.model_response is not None for i in turn.model_response.output_tokens]
+            rewards = torch.cat([turn.token_rewards for turn in chain if turn.token_rewards is not None])
+            adv = 1.0 if (chain[0].reward or 0.0) > 0 else -1.0
             advantages = torch.full((1, len(ids) + 1), adv)
             token_rewards = torch.cat([torch.zeros(1), rewards]).unsqueeze(0)  # one prompt token in front
             loss_mask = torch.zeros(1, len(ids) + 1, dtype=torch.bool)
@@ -90,4 +105,5 @@ def shaped_table(model_dir: str, records: list[Trajectory], config_path: Path) -
             shaped = shape_advantages(advantages, token_rewards, loss_mask, mode=mode)
             lines.append(f"{mode:18}{leaf.split('/')[0]:14}{adv:>12.1f}{float(rewards.mean()):>19.3f}"
                          f"{float(rewards.min()):>18.3f}{float(shaped[loss_mask].mean()):>17.3f}")
+    asyncio.run(backend.aclose())
     return "\n".join(lines)

@@ -1,0 +1,180 @@
+"""`prm-distill rollout`: k samples per problem from the policy, resumable like a labeling job.
+
+Samples go to append-only shards `rollouts-NNNNN.jsonl`, each written atomically once all samples
+of its problems exist; a rerun reads what is there, generates only the missing (problem, sample)
+pairs and never writes one twice. When everything is done the shards are merged into
+`rollouts.jsonl` (problem order, then sample order) and `summary.json` is written. `job.json`
+pins the sampling settings and the policy version: a folder never mixes two policies.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import zlib
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from ..answers import extract_answer, is_correct
+from ..atomic import atomic_open, write_json
+from ..generate import Generation, GenRequest, Policy, load_policy, problem_messages, sampling_metadata
+from ..steps import StepSplitError, split_steps
+from .config import RolloutConfig
+from .problems import Problem, load_problems
+
+log = logging.getLogger("prm_distill.rollout")
+ROLLOUTS = "rollouts.jsonl"
+
+
+def sample_id(problem_id: str, j: int) -> str:
+    return f"{problem_id}#{j}"
+
+
+def sample_seed(seed: int, problem_id: str, j: int) -> int:
+    """Stable per (seed, problem, sample): a resumed run asks for exactly the same samples."""
+    return (seed * 1_000_003 + zlib.crc32(problem_id.encode()) * 101 + j) % (2**31)
+
+
+def _identity(cfg: RolloutConfig) -> dict[str, Any]:
+    return {"problems": cfg.problems, "split": cfg.split, "k": cfg.k, "temperature": cfg.temperature, "max_new_tokens": cfg.max_new_tokens,
+            "seed": cfg.seed, "top_p": cfg.policy.top_p, "instruction": cfg.policy.instruction, "policy": cfg.policy.policy}
+
+
+def _check_job(out: Path, cfg: RolloutConfig, version: str | None) -> None:
+    """Refuse to mix samples of different settings (or policy versions, once known) in one folder."""
+    path = out / "job.json"
+    ident = _identity(cfg)
+    old = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    if old is not None:
+        old_version = old.pop("policy_version", None)
+        if old != ident:
+            raise ValueError(f"{out} holds rollouts made with {old}, not {ident}: use a new output folder")
+        if version is None or old_version == version:
+            return
+        if old_version is not None:
+            raise ValueError(f"{out} holds rollouts of policy version {old_version}, the policy is now {version}: use a new output folder")
+    write_json(path, {**ident, "policy_version": version})
+
+
+def _done(out: Path) -> dict[str, dict[str, Any]]:
+    """Samples already written (merged file and shards), by sample id; the first copy wins."""
+    done: dict[str, dict[str, Any]] = {}
+    for path in [out / ROLLOUTS, *sorted(out.glob("rollouts-*.jsonl"))]:
+        if path.is_file():
+            with open(path, encoding="utf-8") as f:
+                for line in f:
+                    if line.strip():
+                        rec = json.loads(line)
+                        done.setdefault(rec["id"], rec)
+    return done
+
+
+def make_record(problem: Problem, j: int, gen: Generation, policy: Policy, cfg: RolloutConfig, seed: int) -> dict[str, Any]:
+    """One rollout: the response split with the shared splitter, its answer checked against the gold one."""
+    try:
+        steps = split_steps(gen.text, cfg.steps)
+    except StepSplitError:
+        steps = []  # an empty response is kept (it is what the policy did); `prm-distill label` skips it with a warning
+    pred = extract_answer(gen.text)
+    correct = is_correct(gen.text, problem.answer) if problem.answer is not None else None
+    meta = {
+        "generator": policy.name,
+        "policy_version": policy.version,
+        "sampling": sampling_metadata(cfg.policy, cfg.temperature, cfg.max_new_tokens, seed),
+        "problem_id": problem.id,
+        "sample": j,
+        "predicted_answer": pred.text if pred is not None else None,
+        "finish_reason": gen.finish_reason,
+        "tokens_in": gen.tokens_in,
+        "tokens_out": gen.tokens_out,
+    }
+    return {"id": sample_id(problem.id, j), "question": problem.question, "steps": steps, "response": gen.text,
+            "answer": problem.answer, "outcome": None if correct is None else float(correct), "metadata": meta}
+
+
+def _write_shard(records: list[dict[str, Any]], path: Path) -> None:
+    with atomic_open(path) as f:
+        for r in records:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+
+
+def summarize(records: list[dict[str, Any]], problems: list[Problem], cfg: RolloutConfig, generator: str | None,
+              version: str | None, generated: int, elapsed_s: float) -> dict[str, Any]:
+    judged = [r for r in records if r["outcome"] is not None]
+    by_problem: dict[str, list[float]] = {}
+    for r in judged:
+        by_problem.setdefault(r["metadata"]["problem_id"], []).append(r["outcome"])
+    n = len(records)
+    return {
+        "problems": len(problems),
+        "problems_with_answer": sum(p.answer is not None for p in problems),
+        "samples": n,
+        "k": cfg.k,
+        "generator": generator,
+        "policy_version": version,
+        "sampling": sampling_metadata(cfg.policy, cfg.temperature, cfg.max_new_tokens, cfg.seed),
+        "accuracy": round(sum(r["outcome"] for r in judged) / len(judged), 4) if judged else None,
+        "pass_at_k": round(sum(max(v) for v in by_problem.values()) / len(by_problem), 4) if by_problem else None,
+        "no_answer_found": sum(r["metadata"]["predicted_answer"] is None for r in records),
+        "empty_responses": sum(not r["steps"] for r in records),
+        "mean_steps": round(sum(len(r["steps"]) for r in records) / n, 3) if n else None,
+        "finish_reasons": dict(Counter(r["metadata"]["finish_reason"] for r in records)),
+        "tokens_out": sum(r["metadata"]["tokens_out"] for r in records),
+        "this_run": {"samples_generated": generated, "elapsed_s": round(elapsed_s, 2)},
+    }
+
+
+def run_rollout(cfg: RolloutConfig, policy: Policy | None = None) -> dict[str, Any]:
+    """Roll out cfg.problems into cfg.output; returns the summary. A policy may be passed in (tests,
+    the pipeline); otherwise it is loaded only when something is left to generate. Raises
+    PolicyUnavailable when a server gives up: completed shards stay and a rerun resumes."""
+    from tqdm import tqdm
+
+    t0 = time.perf_counter()
+    out = Path(cfg.output)
+    problems = load_problems(cfg.problems, split=cfg.split, limit=cfg.limit)
+    out.mkdir(parents=True, exist_ok=True)
+    _check_job(out, cfg, None)
+    done = _done(out)
+    todo = [(p, j) for p in problems for j in range(cfg.k) if sample_id(p.id, j) not in done]
+    log.info("%d problems x %d samples: %d already written, %d to generate", len(problems), cfg.k, len(problems) * cfg.k - len(todo), len(todo))
+    own = policy is None
+    generator = version = None
+    if todo:
+        policy = policy or load_policy(cfg.policy)
+        generator, version = policy.name, policy.version
+        _check_job(out, cfg, version)
+        try:
+            first = 1 + max((int(p.stem.split("-")[1]) for p in out.glob("rollouts-*.jsonl")), default=-1)
+            order = {p.id: i for i, p in enumerate(problems)}
+            chunks: dict[int, list[tuple[Problem, int]]] = {}
+            for p, j in todo:  # shards group whole problems, so a problem's samples are written together
+                chunks.setdefault(order[p.id] // cfg.shard_problems, []).append((p, j))
+            with tqdm(total=len(todo), unit="sample", disable=not cfg.progress, dynamic_ncols=True) as bar:
+                for n, items in enumerate(chunks.values()):
+                    seeds = [sample_seed(cfg.seed, p.id, j) for p, j in items]
+                    reqs = [GenRequest(problem_messages(p.question, cfg.policy.instruction), s, cfg.temperature, cfg.max_new_tokens)
+                            for (p, _), s in zip(items, seeds)]
+                    gens = policy.generate(reqs)
+                    _write_shard([make_record(p, j, g, policy, cfg, s) for (p, j), g, s in zip(items, gens, seeds)],
+                                 out / f"rollouts-{first + n:05d}.jsonl")
+                    bar.update(len(items))
+        finally:
+            if own:
+                policy.close()
+    done = _done(out)
+    ids = [sample_id(p.id, j) for p in problems for j in range(cfg.k)]
+    records = [done[i] for i in ids]
+    wanted = set(ids)
+    extra = [r for i, r in done.items() if i not in wanted]  # e.g. a rerun with a smaller --limit: kept, never dropped
+    _write_shard(records + extra, out / ROLLOUTS)
+    for shard in out.glob("rollouts-*.jsonl"):
+        shard.unlink()
+    if records:
+        generator = generator or records[0]["metadata"]["generator"]
+        version = version or records[0]["metadata"]["policy_version"]
+    summary = summarize(records, problems, cfg, generator, version, len(todo), time.perf_counter() - t0)
+    write_json(out / "summary.json", summary)
+    return summary

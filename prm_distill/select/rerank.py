@@ -1,0 +1,161 @@
+"""Best-of-N reranking: per problem, the sample whose aggregated step scores are highest.
+
+With gold answers (or `outcome`), the report gives best-of-N accuracy for every aggregation next to
+three baselines, for N = 1, 2, 4, ... up to the largest group (and that size itself):
+- majority vote: the most frequent final answer (equal answers by `answers.same_answer`); a tie
+  counts the expected accuracy of picking one of the tied answers at random;
+- random: the expected accuracy of one sample picked at random (the mean correctness, exact);
+- oracle (pass@N): some sample among the N is right.
+Subsampling is deterministic: at N, each problem's first N samples in input order; a problem with
+fewer than N samples does not count at that N. A problem with one sample has no best-of-N: it is
+reported (its question) and left out of the curves; its only sample is still written as chosen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from ..aggregate import AGGREGATIONS, aggregate_all
+from ..answers import answer_classes
+from ..atomic import write_json
+from ..protocol import StepScorer
+from ..steps import SplitConfig
+from .backend import calibrated
+from .inputs import Sample, group_by_question, read_samples
+from .journal import AppendLog, check_job
+from .plots import best_of_n_plot
+
+BASELINES = ("majority_vote", "random", "oracle")
+SUBSAMPLING = "first N samples of each problem, in input order; problems with fewer than N samples are left out at N"
+
+
+@dataclass
+class RerankConfig:
+    """How `prm-distill rerank` picks and reports."""
+
+    agg: str = field(default="min", metadata={"help": f"Aggregation that picks the written `chosen` sample ({'|'.join(AGGREGATIONS)}); the report covers all."})
+    gamma: float = field(default=0.9, metadata={"help": "Discount of the `discounted` aggregation (weights gamma**i, normalised to sum to 1)."})
+
+    def __post_init__(self) -> None:
+        if self.agg not in AGGREGATIONS:
+            raise ValueError(f"--agg must be one of {'|'.join(AGGREGATIONS)}, got {self.agg!r}")
+        if not 0 < self.gamma <= 1:
+            raise ValueError(f"--gamma must lie in (0, 1], got {self.gamma}")
+
+
+def _best(values: list[float]) -> int:
+    """Index of the highest value; the first one on ties (deterministic)."""
+    return max(range(len(values)), key=lambda i: (values[i], -i))
+
+
+def rank_group(key: str, samples: list[Sample], scores: list[list[float]], cfg: RerankConfig) -> dict[str, Any]:
+    """The output row of one problem: every sample's scores and answer, and the chosen one."""
+    answers = [s.answer() for s in samples]
+    classes = answer_classes(answers)
+    rows: list[dict[str, Any]] = []
+    for s, sc, a, c in zip(samples, scores, answers, classes, strict=True):
+        rows.append({"id": s.id, "line": s.line, "step_scores": sc, "scores": aggregate_all(sc, gamma=cfg.gamma),
+                     "answer": a.text if a else None, "answer_class": c, "correct": s.correct(a)})
+    best = {agg: _best([r["scores"][agg] for r in rows]) for agg in AGGREGATIONS}
+    chosen = samples[best[cfg.agg]]
+    return {"group": key, "question": samples[0].question, "n": len(samples), "gold": samples[0].gold, "agg": cfg.agg,
+            "best": best, "chosen": {**chosen.record, "id": chosen.id, "steps": chosen.steps, "step_scores": rows[best[cfg.agg]]["step_scores"]},
+            "samples": rows}
+
+
+def n_values(largest: int) -> list[int]:
+    """1, 2, 4, ... up to `largest`, and `largest` itself."""
+    ns, n = [], 1
+    while n <= largest:
+        ns.append(n)
+        n *= 2
+    return ns + ([largest] if largest >= 1 and ns[-1] != largest else [])
+
+
+def _majority(samples: list[dict[str, Any]]) -> float:
+    """Expected correctness of a majority vote (ties broken at random); no answer at all is wrong."""
+    counts: dict[int, int] = {}
+    right: dict[int, bool] = {}
+    for s in samples:
+        if s["answer_class"] is not None:
+            counts[s["answer_class"]] = counts.get(s["answer_class"], 0) + 1
+            right[s["answer_class"]] = bool(s["correct"])
+    if not counts:
+        return 0.0
+    top = max(counts.values())
+    tied = [c for c, k in counts.items() if k == top]
+    return sum(right[c] for c in tied) / len(tied)
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def best_of_n_report(rows: list[dict[str, Any]], aggregations: tuple[str, ...] = AGGREGATIONS) -> dict[str, Any]:
+    """best_of_n[agg][N] and the baselines, from the output rows alone (so a resumed run reports all)."""
+    multi = [r for r in rows if r["n"] >= 2]
+    scored = [r for r in multi if all(s["correct"] is not None for s in r["samples"])]
+    ns = n_values(max((r["n"] for r in multi), default=0))
+    best: dict[str, dict[str, float | None]] = {agg: {} for agg in aggregations}
+    base: dict[str, dict[str, float | None]] = {b: {} for b in BASELINES}
+    at_n: dict[str, dict[str, int]] = {}
+    for n in ns:
+        groups = [r["samples"][:n] for r in scored if r["n"] >= n]
+        at_n[str(n)] = {"problems": sum(r["n"] >= n for r in multi), "with_answers": len(groups)}
+        for agg in aggregations:
+            best[agg][str(n)] = _mean([float(bool(g[_best([s["scores"][agg] for s in g])]["correct"])) for g in groups])
+        base["majority_vote"][str(n)] = _mean([_majority(g) for g in groups])
+        base["random"][str(n)] = _mean([sum(bool(s["correct"]) for s in g) / len(g) for g in groups])
+        base["oracle"][str(n)] = _mean([float(any(s["correct"] for s in g)) for g in groups])
+    gain: dict[str, float | None] = {}
+    for agg in aggregations:
+        mine, vote = (best[agg][str(ns[-1])], base["majority_vote"][str(ns[-1])]) if ns else (None, None)
+        gain[agg] = None if mine is None or vote is None else mine - vote
+    return {
+        "aggregations": list(aggregations), "problems": len(rows), "groups_with_answers": len(scored),
+        "singleton_problems": [r["question"] for r in rows if r["n"] < 2], "subsampling": SUBSAMPLING,
+        "n_values": ns, "problems_at_n": at_n, "best_of_n": best, "baselines": base,
+        "gain_over_majority_at_largest_n": gain,
+    }
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """Accuracy table: one row per aggregation and baseline, one column per N."""
+    ns = [str(n) for n in report["n_values"]]
+    width = max(len(name) for name in [*report["aggregations"], *BASELINES]) + 2
+    lines = ["method".ljust(width) + "".join(f"N={n}".rjust(8) for n in ns)]
+    rows = [(agg, report["best_of_n"][agg]) for agg in report["aggregations"]] + list(report["baselines"].items())
+    for name, values in rows:
+        lines.append(name.ljust(width) + "".join(("n/a" if values[n] is None else f"{values[n]:.3f}").rjust(8) for n in ns))
+    lines.append("problems".ljust(width) + "".join(str(report["problems_at_n"][n]["with_answers"]).rjust(8) for n in ns))
+    return "\n".join(lines)
+
+
+def run_rerank(scorer: StepScorer, input_path: str | Path, output: str | Path, cfg: RerankConfig,
+               split: SplitConfig | None = None, progress: bool = True) -> dict[str, Any]:
+    """Score every problem not yet in `output` (one row appended per problem), then write the report.
+
+    Raises ScoringUnavailable when the server fails; the rows written so far stay and a rerun resumes."""
+    output = Path(output)
+    samples, invalid = read_samples(input_path, split)
+    groups = group_by_question(samples)
+    check_job(output.with_name(output.stem + ".job.json"), {"command": "rerank", "model": scorer.model_id, **asdict(cfg)})
+    with AppendLog(output) as out:
+        done = {r["group"] for r in out.rows}
+        todo = [k for k in groups if k not in done]
+        for key in tqdm(todo, desc="rerank", unit="problem", disable=not progress):
+            group = groups[key]
+            scores = calibrated(scorer, [(s.question, s.steps) for s in group])
+            out.append([rank_group(key, group, scores, cfg)])
+        rows = [r for r in out.rows if r["group"] in groups]
+    report = best_of_n_report(rows)
+    report.update(config=asdict(cfg), input=str(input_path), output=str(output), invalid_records=invalid,
+                  this_run={"problems_scored": len(todo), "problems_already_done": len(groups) - len(todo)})
+    if report["groups_with_answers"] and report["n_values"]:
+        report["plot"] = str(best_of_n_plot(output.parent / "best_of_n.png", report))
+    write_json(output.parent / "report.json", report)
+    return report
