@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch is pinned: on these machines 2.13.0 is a local CPU build; an unpinned torch pulls a multi-GB CUDA build.
 TORCH ?= torch==2.13.0
 
-.PHONY: venv vllm-venv demo test test-fast lint bench clean
+.PHONY: venv vllm-venv demo test test-fast lint bench quality clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,8 +22,11 @@ venv: $(BIN)/.installed
 vllm-venv:
 	scripts/setup_vllm.sh
 
+# The main job on embedded defaults: `prm-distill pipeline` on configs/pipeline.yaml (rollout -> label -> train
+# -> eval -> serve -> RL scoring -> recalibrate into runs/demo/iter-1/); its last line is `report: <path>`.
+# Two OpenMP threads: generation stalls on a shared 2-core machine with more.
 demo: venv
-	$(BIN)/prm-distill demo --output runs/demo
+	OMP_NUM_THREADS=2 $(BIN)/prm-distill pipeline --config configs/pipeline.yaml
 
 test: venv vllm-venv
 	$(BIN)/python -m pytest -q
@@ -42,6 +45,11 @@ bench: venv
 	$(BIN)/python benchmarks/train_throughput.py
 	$(BIN)/python benchmarks/serve_latency.py
 	$(BIN)/python benchmarks/scorer_overhead.py
+
+# The CPU recipe on real data (needs ../shared/data): build the process data, train (resumes), score
+# ProcessBench with thresholds from the training sources' dev split. About 1.5 h on 2 cores.
+quality: venv
+	BIN=$(BIN) benchmarks/quality.sh
 
 clean:
 	rm -rf runs .pytest_cache

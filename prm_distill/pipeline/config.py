@@ -1,0 +1,123 @@
+"""Settings of `prm-distill pipeline` (YAML in configs/pipeline.yaml, overridable as section.key=value).
+
+Each stage's section is that stage's own job config (`RolloutConfig`, `LabelJobConfig`,
+`TrainJobConfig`, `RecalibrateConfig`), so a key means the same here as in `prm-distill rollout`,
+`label`, `train` and `recalibrate`. The paths between stages (a stage's input and output folders,
+the student's backbone from iteration 2 on) are set by the pipeline, whatever the YAML says.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from ..config import ConfigError, build, merge, parse_overrides
+from ..generate import PolicyConfig
+from ..labeling.config import AnchorConfig, LabelJobConfig, VerifierConfig
+from ..recalibrate import RecalibrateConfig
+from ..rollout import RolloutConfig
+from ..train import TrainJobConfig
+from ..train.config import LoraSettings, ModelConfig, TrainSettings
+
+
+@dataclass
+class DataSettings:
+    """Embedded synthetic data mixed into training, and the held-out set every iteration is checked on."""
+
+    synthetic_train: int = field(default=1600, metadata={"help": "Synthetic arithmetic trajectories (labels by construction) added to the judged rollouts for training; 0 = none."})
+    synthetic_dev: int = field(default=150, metadata={"help": "Synthetic dev trajectories (training's periodic evaluation and its decision threshold)."})
+    heldout: str = field(default="", metadata={"help": "Labelled held-out JSONL, never trained on, the same for every iteration; empty = the embedded synthetic held-out set, written once to <root>/<name>/heldout/test.jsonl."})
+    heldout_size: int = field(default=300, metadata={"help": "Trajectories in the embedded held-out set (when `heldout` is empty)."})
+    seed: int = field(default=1000, metadata={"help": "Seed of the synthetic sets (train seed, dev seed + 1, held-out seed + 2; iteration K adds 10 * (K - 1) to the train and dev seeds)."})
+
+    def __post_init__(self) -> None:
+        if self.synthetic_train < 0 or self.synthetic_dev < 1 or self.heldout_size < 1:
+            raise ValueError("data: synthetic_train >= 0, synthetic_dev >= 1 and heldout_size >= 1 are required")
+
+
+@dataclass
+class EvalSettings:
+    """Evaluation of the new checkpoint on the held-out set (`prm-distill eval`)."""
+
+    threshold: float | None = field(default=None, metadata={"help": "Decision threshold for F1 and step accuracy; null = the one the checkpoint chose on its dev split."})
+
+
+@dataclass
+class ServeSettings:
+    """Serve check: the checkpoint behind the HTTP server on 127.0.0.1, scored by the client, then stopped."""
+
+    enabled: bool = field(default=True, metadata={"help": "Run the serve check."})
+    n_requests: int = field(default=6, metadata={"help": "Held-out trajectories scored over HTTP, one request at a time."})
+
+    def __post_init__(self) -> None:
+        if self.n_requests < 1:
+            raise ValueError("serve.n_requests must be >= 1")
+
+
+@dataclass
+class RLSettings:
+    """RL scoring: the checkpoint as DistilledPRMScorer in a PRMRunner built from a trainer-style YAML."""
+
+    enabled: bool = field(default=True, metadata={"help": "Run the RL scoring stage (the package's trainer_prm.yaml, its DistilledPRMScorer pointed at this iteration's checkpoint, every shaping mode)."})
+
+
+def _rollout_defaults() -> RolloutConfig:
+    return RolloutConfig(problems="embedded:24", k=2, temperature=0.7, max_new_tokens=192,
+                         policy=PolicyConfig(backend="transformers", batch_size=16))
+
+
+def _label_defaults() -> LabelJobConfig:
+    return LabelJobConfig(verifier=VerifierConfig(alone=True), anchor=AnchorConfig(enabled=True, rules=["drop_wrong_all_good"]))
+
+
+def _train_defaults() -> TrainJobConfig:
+    """The demo's budget: the bottom 16 of SmolLM2's 30 layers, LoRA on the top 8, at most 6 minutes."""
+    return TrainJobConfig(
+        model=ModelConfig(num_layers=16, max_length=256), lora=LoraSettings(top_layers=8),
+        train=TrainSettings(max_steps=250, max_minutes=6, batch_size=8, learning_rate=1e-3, eval_steps=125, save_steps=0, logging_steps=25))
+
+
+@dataclass
+class PipelineConfig:
+    """`prm-distill pipeline`: rollout -> label -> train -> eval -> serve -> RL scoring -> recalibrate, resumable."""
+
+    name: str = field(default="pipeline", metadata={"help": "Run name: outputs go to <root>/<name>/iter-K/<stage>/."})
+    root: str = field(default="runs", metadata={"help": "Folder holding the runs."})
+    threads: int = field(default=2, metadata={"help": "torch CPU threads for generation, training and scoring (more than the free cores stalls generation on a shared machine)."})
+    data: DataSettings = field(default_factory=DataSettings, metadata={"help": "Synthetic training data and the held-out set."})
+    rollout: RolloutConfig = field(default_factory=_rollout_defaults, metadata={"help": "`prm-distill rollout` settings (output is set by the pipeline)."})
+    label: LabelJobConfig = field(default_factory=_label_defaults, metadata={"help": "`prm-distill label` settings (input and output are set by the pipeline)."})
+    train: TrainJobConfig = field(default_factory=_train_defaults, metadata={"help": "`prm-distill train` settings (data files, output_dir and, from iteration 2 on, model.backbone are set by the pipeline)."})
+    eval: EvalSettings = field(default_factory=EvalSettings, metadata={"help": "Held-out evaluation."})
+    serve: ServeSettings = field(default_factory=ServeSettings, metadata={"help": "Serve check."})
+    rl: RLSettings = field(default_factory=RLSettings, metadata={"help": "RL scoring through PRMRunner."})
+    recalibrate: RecalibrateConfig = field(default_factory=RecalibrateConfig, metadata={"help": "`prm-distill recalibrate` settings; iteration K+1 compares with iteration K's report."})
+    adopt_calibration: bool = field(default=False, metadata={"help": "Write the fitted calibration into the checkpoint's sidecar when it improves ECE (the checkpoint then changes: eval onwards rerun next time)."})
+
+    def __post_init__(self) -> None:
+        if not self.name or "/" in self.name or self.name in (".", ".."):
+            raise ValueError(f"name must be a plain folder name, got {self.name!r}")
+        if self.threads < 1:
+            raise ValueError("threads must be >= 1")
+
+
+def load_pipeline_config(path: str | Path | None = None, overrides: list[str] | None = None) -> PipelineConfig:
+    """The embedded defaults, then the YAML, then `section.key=value` overrides, merged key by key:
+    setting one key of a section keeps the pipeline's defaults for the others (the generic loader
+    would fall back to the section class's own defaults, e.g. an LLM judge instead of the verifier)."""
+    data = dataclasses.asdict(PipelineConfig())
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file not found: {p}")
+        try:
+            loaded = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{p}: invalid YAML: {e}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{p}: expected a mapping at the top level")
+        data = merge(data, loaded)
+    return build(PipelineConfig, merge(data, parse_overrides(overrides or [])))
