@@ -11,24 +11,16 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ..plotting import figure, save_png
+
 PLOTS = {"reliability": "reliability.png", "histogram": "score_histogram.png", "position": "position.png"}
 
 
 def _figure(width: float = 5.5, height: float = 4.0):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=100)
-    FigureCanvasAgg(fig)
-    return fig, fig.add_subplot(1, 1, 1)
+    return figure(width, height)
 
 
-def _save(fig, path: Path) -> Path:
-    fig.tight_layout()
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp, format="png")
-    tmp.replace(path)
-    return path
+_save = save_png
 
 
 def _finite(v: Any) -> bool:

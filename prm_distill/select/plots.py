@@ -5,22 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..plotting import figure, save_png
+
 
 def _figure(width: float = 6.0, height: float = 4.0):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=100)
-    FigureCanvasAgg(fig)
-    return fig, fig.add_subplot(1, 1, 1)
+    return figure(width, height)
 
 
-def _save(fig, path: Path) -> Path:
-    fig.tight_layout()
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp, format="png")
-    tmp.replace(path)
-    return path
+_save = save_png
 
 
 def best_of_n_plot(path: Path, report: dict[str, Any]) -> Path:
