@@ -129,19 +129,22 @@ def to_dict(obj: Any) -> dict[str, Any]:
     return dataclasses.asdict(obj)
 
 
-def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None) -> T:
-    """Defaults of `cls`, then the YAML file, then the overrides."""
-    data: dict[str, Any] = {}
+def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None, *, defaults: T | None = None) -> T:
+    """Defaults of `cls`, then the YAML file, then the overrides. With `defaults` (an instance of
+    `cls`), those values are the base and the file and overrides merge into them key by key, so
+    setting one key of a section keeps the other keys of `defaults` for that section."""
+    data: dict[str, Any] = dataclasses.asdict(defaults) if defaults is not None else {}  # type: ignore[call-overload]
     if path is not None:
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"config file not found: {p}")
         try:
-            data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+            loaded = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
         except yaml.YAMLError as e:
             raise ConfigError(f"{p}: invalid YAML: {e}") from None
-        if not isinstance(data, dict):
+        if not isinstance(loaded, dict):
             raise ConfigError(f"{p}: expected a mapping at the top level")
+        data = merge(data, loaded)
     data = merge(data, parse_overrides(overrides or []))
     return build(cls, data)
 

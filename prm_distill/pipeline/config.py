@@ -8,13 +8,10 @@ the student's backbone from iteration 2 on) are set by the pipeline, whatever th
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
-from ..config import ConfigError, build, merge, parse_overrides
+from ..config import load_config
 from ..generate import PolicyConfig
 from ..labeling.config import AnchorConfig, LabelJobConfig, VerifierConfig
 from ..recalibrate import RecalibrateConfig
@@ -106,18 +103,6 @@ class PipelineConfig:
 
 def load_pipeline_config(path: str | Path | None = None, overrides: list[str] | None = None) -> PipelineConfig:
     """The embedded defaults, then the YAML, then `section.key=value` overrides, merged key by key:
-    setting one key of a section keeps the pipeline's defaults for the others (the generic loader
-    would fall back to the section class's own defaults, e.g. an LLM judge instead of the verifier)."""
-    data = dataclasses.asdict(PipelineConfig())
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file not found: {p}")
-        try:
-            loaded = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{p}: invalid YAML: {e}") from None
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{p}: expected a mapping at the top level")
-        data = merge(data, loaded)
-    return build(PipelineConfig, merge(data, parse_overrides(overrides or [])))
+    setting one key of a section keeps the pipeline's defaults for the others (the section class's
+    own defaults would bring back, e.g., an LLM judge instead of the verifier)."""
+    return load_config(PipelineConfig, path, overrides, defaults=PipelineConfig())
