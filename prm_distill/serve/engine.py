@@ -3,10 +3,12 @@
 Loads through `checkpoint.py` (safetensors only, no remote code) and scores through the shared
 encoder and `inference.score_encoded`, so its numbers are the evaluation path's numbers.
 
-Speed on CPU: PyTorch's fp32 `Linear` goes to MKL, which on AMD EPYC (this project's machines)
-takes a path at about half of oneDNN's speed; the engine therefore runs its fp32 linear layers
-through oneDNN (`torch.utils.mkldnn`), same numbers within 1e-6, 1.6x faster end to end on the
-default backbone (benchmarks/engine_vs_vllm.py). bf16 is another 2-3x on CPUs with native bf16
+Speed on CPU (`cpu_kernels`): `fused` (default) runs Llama-family models through `fused.py`
+(oneDNN-prepacked weights, q/k/v as one matmul, SiLU, gate product and residual adds fused into the
+projections, mask-free causal attention on right-padded batches); other architectures fall back to
+`onednn`, which runs fp32 `Linear` layers through oneDNN (`torch.utils.mkldnn`: on some CPUs MKL's
+fp32 path is half as fast); `torch` is the plain `transformers` forward. All three give the
+evaluation path's scores (fp32 within 1e-5, tested). bf16 is another 2-3x on CPUs with native bf16
 (AVX512-BF16/AMX); `dtype="auto"` picks it there and on GPUs, fp32 elsewhere.
 """
 
@@ -24,9 +26,11 @@ from ..encoding import EncodedTrajectory, StepEncoder
 from ..inference import score_encoded
 from ..steps import SplitConfig, split_steps
 from ..verify import apply_rule
+from .fused import FusedTokenClassifier, fused_support
 
 log = logging.getLogger(__name__)
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+CPU_KERNELS = ("fused", "onednn", "torch")
 
 
 def _pick_device(device: str) -> str:
@@ -66,6 +70,21 @@ def onednn_linears(model: torch.nn.Module) -> torch.nn.Module:
     return to_mkldnn(model)
 
 
+def cpu_runner(model: torch.nn.Module, kernels: str) -> torch.nn.Module:
+    """The model to run on CPU for `kernels` (see the module doc); falls back fused -> onednn -> torch."""
+    if kernels not in CPU_KERNELS:
+        raise ValueError(f"cpu_kernels must be one of {'|'.join(CPU_KERNELS)}, got {kernels!r}")
+    if kernels == "fused":
+        reason = fused_support(model)
+        if reason is None:
+            return FusedTokenClassifier(model)
+        log.info("engine: not fused (%s); oneDNN linears instead", reason)
+        kernels = "onednn"
+    if kernels == "onednn" and next(model.parameters()).dtype == torch.float32:
+        return onednn_linears(model)
+    return model
+
+
 class PRMEngine:
     """Score (question, steps) pairs with one forward pass per trajectory window.
 
@@ -89,15 +108,15 @@ class PRMEngine:
 
     @classmethod
     def from_checkpoint(cls, model_dir: str | Path, *, device: str = "auto", dtype: str | None = None,
-                        max_batch_tokens: int = 16384, cpu_kernels: str = "onednn", verifier: bool = True) -> "PRMEngine":
-        """`dtype`: None, auto, float32, bfloat16, float16 (see `resolve_dtype`). `cpu_kernels`: onednn | torch."""
-        if cpu_kernels not in ("onednn", "torch"):
-            raise ValueError(f"cpu_kernels must be onednn or torch, got {cpu_kernels!r}")
+                        max_batch_tokens: int = 16384, cpu_kernels: str = "fused", verifier: bool = True) -> "PRMEngine":
+        """`dtype`: None, auto, float32, bfloat16, float16 (see `resolve_dtype`). `cpu_kernels`: fused | onednn | torch."""
+        if cpu_kernels not in CPU_KERNELS:
+            raise ValueError(f"cpu_kernels must be one of {'|'.join(CPU_KERNELS)}, got {cpu_kernels!r}")
         device = _pick_device(device)
         torch_dtype = resolve_dtype(dtype, device)
         model, tok, sidecar = load_checkpoint(model_dir, device=device, dtype=torch_dtype)
-        if device == "cpu" and torch_dtype == torch.float32 and cpu_kernels == "onednn":
-            model = onednn_linears(model)
+        if device == "cpu":
+            model = cpu_runner(model, cpu_kernels)
         calib.validate(sidecar.calibration, f"{model_dir}: calibration")
         log.info("engine: %s on %s in %s", Path(model_dir).name, device, str(torch_dtype).removeprefix("torch."))
         return cls(model, tok, sidecar, max_batch_tokens=max_batch_tokens, model_id=Path(model_dir).name, model_dir=model_dir, verifier=verifier)

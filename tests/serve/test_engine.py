@@ -25,7 +25,7 @@ def flat(scores):
 
 
 def test_onednn_linears_give_the_evaluation_paths_scores(tiny_checkpoint):
-    fast = PRMEngine.from_checkpoint(tiny_checkpoint, device="cpu", dtype="float32")  # cpu_kernels=onednn
+    fast = PRMEngine.from_checkpoint(tiny_checkpoint, device="cpu", dtype="float32", cpu_kernels="onednn")
     assert any(type(m).__name__ == "MkldnnLinear" for m in fast.model.modules())
     model, _, _ = load_checkpoint(tiny_checkpoint)  # plain transformers, as training's evaluation runs it
     reference = score_encoded(model, [fast.encode(q, s) for q, s in ITEMS], fast.pad_id)

@@ -1,0 +1,156 @@
+"""A scoring forward pass for Llama-family token classifiers on CPU, with oneDNN's fused linears.
+
+Why: on CPU the engine's time goes to the linear layers and to what sits between them. Generic
+`transformers` modules run each projection, the SiLU, the gate product and every residual add as
+separate passes over memory, and `torch.utils.mkldnn` adds a layout conversion around every
+linear. This runner does what vLLM's CPU model runner does, with ops torch already ships:
+- weights prepacked once for oneDNN (`mkldnn._reorder_linear_weight`), activations stay dense;
+- q, k and v as one matmul;
+- SiLU fused into the gate projection, the gate product into the up projection, and each residual
+  add into the projection before it (oneDNN post-ops: `mkldnn._linear_pointwise`);
+- causal attention without a mask: batches are right-padded, so a real token never attends to a
+  pad (pads only follow it), and only real positions (the step tags) are ever read.
+Scores equal the `transformers` forward's within float rounding (fp32: < 1e-5, tested).
+
+Inference only, CPU only; `fused_support` says why a model cannot use it (the engine then keeps
+the generic path).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers.modeling_outputs import TokenClassifierOutput
+
+ARCHITECTURES = ("llama", "qwen2", "mistral")
+DTYPES = (torch.float32, torch.bfloat16)
+
+
+def fused_support(model: Any) -> str | None:
+    """None when `model` can run fused on CPU, else the reason it cannot."""
+    cfg = getattr(model, "config", None)
+    if cfg is None or getattr(cfg, "model_type", None) not in ARCHITECTURES:
+        return f"architecture {getattr(cfg, 'model_type', None)!r} is not one of {', '.join(ARCHITECTURES)}"
+    if not hasattr(torch.ops.mkldnn, "_linear_pointwise") or not torch.backends.mkldnn.is_available():
+        return "this torch build has no oneDNN linear kernels"
+    if getattr(cfg, "hidden_act", None) != "silu":
+        return f"hidden_act {cfg.hidden_act!r} (only silu is fused)"
+    if getattr(cfg, "pretraining_tp", 1) != 1:
+        return "pretraining_tp > 1"
+    window = getattr(cfg, "sliding_window", None)
+    if window is not None and getattr(cfg, "use_sliding_window", True):
+        return f"sliding-window attention ({window} tokens)"
+    param = next(model.parameters())
+    if param.device.type != "cpu":
+        return f"device {param.device} (the fused runner is for CPU)"
+    if param.dtype not in DTYPES:
+        return f"dtype {param.dtype} (float32 and bfloat16 are fused)"
+    if not hasattr(model, "score") or not hasattr(getattr(model, "model", None), "layers"):
+        return "not a *ForTokenClassification model with .model.layers and .score"
+    return None
+
+
+def _pack(*linears: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One oneDNN-prepacked weight (and bias) for linears that read the same input, stacked by output."""
+    weight = torch.cat([lin.weight.detach() for lin in linears], dim=0).contiguous()
+    biases = [lin.bias for lin in linears]
+    bias = None
+    if any(b is not None for b in biases):
+        bias = torch.cat([b.detach() if b is not None else weight.new_zeros(lin.out_features)
+                          for b, lin in zip(biases, linears, strict=True)]).contiguous()
+    return torch.ops.mkldnn._reorder_linear_weight(weight, None), bias
+
+
+def _linear(x: torch.Tensor, packed: tuple[torch.Tensor, torch.Tensor | None], post: str = "none") -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, packed[0], packed[1], post, [], "")
+
+
+def _linear_then(x: torch.Tensor, other: torch.Tensor, packed: tuple[torch.Tensor, torch.Tensor | None], op: str) -> torch.Tensor:
+    """linear(x) `op` other in one pass (op: add | mul)."""
+    return torch.ops.mkldnn._linear_pointwise(x, other, packed[0], packed[1], op)
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """As `transformers`' LlamaRMSNorm: normalised in fp32, cast back, then scaled."""
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(x.dtype)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return torch.addcmul(x * cos, rotated, sin)
+
+
+class _FusedLayer(nn.Module):
+    def __init__(self, layer: Any, cfg: Any):
+        super().__init__()
+        attn, mlp = layer.self_attn, layer.mlp
+        self.heads = cfg.num_attention_heads
+        self.kv_heads = getattr(cfg, "num_key_value_heads", None) or self.heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
+        self.scale = getattr(attn, "scaling", self.head_dim ** -0.5)
+        self.eps1: float = layer.input_layernorm.variance_epsilon
+        self.eps2: float = layer.post_attention_layernorm.variance_epsilon
+        self.ln1: torch.Tensor = layer.input_layernorm.weight.detach()
+        self.ln2: torch.Tensor = layer.post_attention_layernorm.weight.detach()
+        self.qkv = _pack(attn.q_proj, attn.k_proj, attn.v_proj)
+        self.o = _pack(attn.o_proj)
+        self.gate, self.up, self.down = _pack(mlp.gate_proj), _pack(mlp.up_proj), _pack(mlp.down_proj)
+
+    def forward(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        b, n, _ = h.shape
+        qkv = _linear(_rms_norm(h, self.ln1, self.eps1), self.qkv)
+        q, k, v = qkv.split([self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=-1)
+        q = _rotate(q.view(b, n, self.heads, self.head_dim).transpose(1, 2), cos, sin)
+        k = _rotate(k.view(b, n, self.kv_heads, self.head_dim).transpose(1, 2), cos, sin)
+        v = v.view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
+        if self.kv_heads != self.heads:
+            k = k.repeat_interleave(self.heads // self.kv_heads, dim=1)
+            v = v.repeat_interleave(self.heads // self.kv_heads, dim=1)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
+        h = _linear_then(a.transpose(1, 2).reshape(b, n, self.heads * self.head_dim), h, self.o, "add")
+        x = _rms_norm(h, self.ln2, self.eps2)
+        gated = _linear_then(x, _linear(x, self.gate, "swish"), self.up, "mul")
+        return _linear_then(gated, h, self.down, "add")
+
+
+class FusedTokenClassifier(nn.Module):
+    """The forward pass of a Llama-family `*ForTokenClassification` for scoring (see module doc).
+
+    Takes right-padded `input_ids` and their `attention_mask` (checked to be right padding) and
+    returns `.logits` like the model it was built from. The model's layer weights are repacked,
+    so build it from a model you no longer train."""
+
+    def __init__(self, model: Any):
+        super().__init__()
+        reason = fused_support(model)
+        if reason is not None:
+            raise ValueError(f"cannot fuse this model: {reason}")
+        base = model.model
+        self.config = model.config
+        self.embed: nn.Module = base.embed_tokens
+        self.rotary: nn.Module = base.rotary_emb
+        self.norm_weight: torch.Tensor = base.norm.weight.detach()
+        self.norm_eps: float = base.norm.variance_epsilon
+        self.score: nn.Module = model.score
+        self.layers = nn.ModuleList(_FusedLayer(layer, model.config) for layer in base.layers)
+
+    @torch.inference_mode()
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> TokenClassifierOutput:
+        if attention_mask is not None:
+            lengths = attention_mask.sum(dim=1, keepdim=True)
+            positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
+            if not torch.equal(attention_mask.bool(), positions < lengths):
+                raise ValueError("the fused runner needs right padding (the attention mask must be ones, then zeros)")
+        h = self.embed(input_ids)
+        position_ids = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
+        cos, sin = self.rotary(h, position_ids)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        for layer in self.layers:
+            h = layer(h, cos, sin)
+        return TokenClassifierOutput(logits=self.score(_rms_norm(h, self.norm_weight, self.norm_eps)))

@@ -1,0 +1,83 @@
+"""The fused CPU runner (serve/fused.py) scores exactly as the `transformers` forward does: padding,
+grouped-query attention, q/k/v biases; it refuses what it cannot run, and the engine then falls back."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from prm_distill.checkpoint import load_checkpoint
+from prm_distill.inference import score_encoded
+from prm_distill.serve import PRMEngine
+from prm_distill.serve.engine import cpu_runner
+from prm_distill.serve.fused import FusedTokenClassifier, fused_support
+
+ITEMS = [  # different lengths: one batch, right-padded
+    ("What is 2 + 3?", ["2 + 3 = 5.", "The answer is 5."]),
+    ("A train goes 60 km in 1.5 hours. Speed?", ["60 / 1.5 = 40.", "Speed is 40 km/h.", "Check: 40 * 1.5 = 60.", "Answer: 40."]),
+    ("Half of 18?", ["18 / 2 = 9."]),
+]
+
+
+def flat(scores):
+    return [s for row in scores for s in row]
+
+
+def right_padded_batch(vocab: int, lengths: list[int], seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    width = max(lengths)
+    ids = torch.randint(3, vocab, (len(lengths), width), generator=g)
+    mask = (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).long()
+    return ids * mask, mask  # pads are id 0
+
+
+def test_the_engine_runs_llama_fused_with_the_evaluation_paths_scores(tiny_checkpoint):
+    engine = PRMEngine.from_checkpoint(tiny_checkpoint, device="cpu", dtype="float32")  # cpu_kernels=fused (default)
+    assert isinstance(engine.model, FusedTokenClassifier)
+    model, _, _ = load_checkpoint(tiny_checkpoint)  # plain transformers, as training's evaluation runs it
+    reference = score_encoded(model, [engine.encode(q, s) for q, s in ITEMS], engine.pad_id)
+    assert flat(engine.score(ITEMS)) == pytest.approx(flat(reference), abs=1e-5)
+    # one trajectory alone (no padding) scores as it does inside the padded batch
+    assert engine.score(ITEMS[1:2])[0] == pytest.approx(engine.score(ITEMS)[1], abs=1e-6)
+
+
+def test_qwen2_with_qkv_biases_matches_transformers_at_every_real_position():
+    from transformers import Qwen2Config, Qwen2ForTokenClassification
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=128, num_labels=2, use_sliding_window=False)
+    model = Qwen2ForTokenClassification(cfg).eval()
+    with torch.no_grad():  # non-zero biases, so a dropped or misplaced bias shows
+        for layer in model.model.layers:
+            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                proj.bias.normal_(0, 0.5)
+    ids, mask = right_padded_batch(97, [17, 9, 1])
+    with torch.no_grad():
+        expected = model(input_ids=ids, attention_mask=mask).logits
+    got = FusedTokenClassifier(model)(input_ids=ids, attention_mask=mask).logits
+    real = mask.bool()
+    assert torch.allclose(got[real], expected[real], atol=1e-5)
+
+
+def test_left_padding_is_refused(tiny_checkpoint):
+    model, _, _ = load_checkpoint(tiny_checkpoint)
+    fused = FusedTokenClassifier(model)
+    ids = torch.tensor([[0, 0, 5, 6], [7, 8, 9, 10]])
+    mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])
+    with pytest.raises(ValueError, match="right padding"):
+        fused(input_ids=ids, attention_mask=mask)
+
+
+def test_an_unsupported_architecture_falls_back_to_onednn_linears():
+    from transformers import GPT2Config, GPT2ForTokenClassification
+
+    model = GPT2ForTokenClassification(GPT2Config(vocab_size=50, n_embd=32, n_layer=1, n_head=2, num_labels=2)).eval()
+    assert "architecture 'gpt2'" in fused_support(model)
+    with pytest.raises(ValueError, match="cannot fuse this model: architecture 'gpt2'"):
+        FusedTokenClassifier(model)
+    runner = cpu_runner(model, "fused")
+    assert not isinstance(runner, FusedTokenClassifier)
+    assert any(type(m).__name__ == "MkldnnLinear" for m in runner.modules())  # GPT-2's Conv1D stays, its head is a Linear
+    with pytest.raises(ValueError, match="cpu_kernels must be one of fused|onednn|torch, got 'fast'"):
+        cpu_runner(model, "fast")
