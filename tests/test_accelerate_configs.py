@@ -1,5 +1,6 @@
 """The shipped `accelerate launch` configs are read by accelerate as the README says (DDP, FSDP,
-DeepSpeed ZeRO-2/3); the 2-process CPU config is run for real in tests/test_train.py."""
+DeepSpeed ZeRO-2/3). They are run for real on two CPU processes: ddp-cpu.yaml in tests/test_train.py,
+fsdp.yaml and deepspeed-zero{2,3}.yaml (with --num_processes 2) in tests/test_sharded.py."""
 
 from __future__ import annotations
 

@@ -22,6 +22,7 @@ from ..synthetic import SyntheticConfig, generate
 from ..verify import apply_rule, rule
 from .config import TrainJobConfig
 from .data import Collator, build_rows, group_by_length
+from .distributed import main_process_model, make_accelerator, skeleton
 from .losses import step_loss
 from .model import build_model, export
 
@@ -105,14 +106,12 @@ def evaluate(model, encoder: StepEncoder, records: list[Trajectory], pad_id: int
 
 def train(cfg: TrainJobConfig) -> dict:
     """Train, export to cfg.train.output_dir, return the summary (also in the sidecar)."""
-    from accelerate import Accelerator
     from accelerate.utils import DataLoaderConfiguration, set_seed
     from transformers import get_scheduler
 
     t = cfg.train
     verifier = rule(cfg.verifier.cap) if cfg.verifier.enabled else None
-    accelerator = Accelerator(
-        cpu=not torch.cuda.is_available(),  # several processes on a CPU-only host: gloo (MULTI_CPU)
+    accelerator = make_accelerator(  # no GPU: gloo, for DDP, FSDP2 or DeepSpeed as launched
         gradient_accumulation_steps=t.gradient_accumulation_steps,
         mixed_precision=_precision(t.mixed_precision),
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
@@ -122,6 +121,7 @@ def train(cfg: TrainJobConfig) -> dict:
     started = time.time()
 
     model, tok, tag_id, backbone_path = build_model(cfg.model, cfg.lora)
+    template = skeleton(model)  # what sharded weights are gathered into for evaluation and export
     encoder = StepEncoder(tok, tag_id, cfg.model.max_length)
     pad_id = pad_token_id(tok)
     train_records, dev_records = load_data(cfg)
@@ -135,8 +135,11 @@ def train(cfg: TrainJobConfig) -> dict:
         loader = torch.utils.data.DataLoader(rows, batch_size=t.batch_size, shuffle=True, collate_fn=Collator(pad_id))
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=t.learning_rate, weight_decay=t.weight_decay)
-    scheduler = get_scheduler(t.lr_scheduler, optimizer, num_warmup_steps=int(t.warmup_ratio * t.max_steps), num_training_steps=t.max_steps)
+    # accelerate steps a prepared scheduler once per process at each optimizer step: count in those steps
+    n = accelerator.num_processes
+    scheduler = get_scheduler(t.lr_scheduler, optimizer, num_warmup_steps=int(t.warmup_ratio * t.max_steps) * n, num_training_steps=t.max_steps * n)
     model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+    trainable = [p for p in model.parameters() if p.requires_grad]  # FSDP replaces the parameters: clip the new ones
 
     step, tokens_seen, history = 0, 0, []
     previous = _checkpoints(out) if t.resume else []
@@ -151,7 +154,8 @@ def train(cfg: TrainJobConfig) -> dict:
     epoch, skip = divmod(micro_done, micro_per_epoch)
     accelerator.print(
         f"training on {len(train_records)} records ({stats['rows']} windows, {stats['supervised_steps']} supervised steps), "
-        f"dev {len(dev_records)} records; {accelerator.num_processes} process(es), precision {accelerator.mixed_precision}"
+        f"dev {len(dev_records)} records; {accelerator.num_processes} process(es) ({accelerator.distributed_type.value}), "
+        f"precision {accelerator.mixed_precision}"
     )
     model.train()
     loop_start, loss_sum, loss_n, stop = time.time(), 0.0, 0, False
@@ -182,15 +186,17 @@ def train(cfg: TrainJobConfig) -> dict:
                 accelerator.print(json.dumps(entry))
                 loss_sum, loss_n = 0.0, 0
             if t.eval_steps and step % t.eval_steps == 0 and dev_records and step < t.max_steps:
-                if accelerator.is_main_process:
-                    rep = evaluate(accelerator.unwrap_model(model), encoder, dev_records, pad_id, verifier=verifier)
+                current, _ = main_process_model(accelerator, model, template)  # every rank: FSDP / ZeRO-3 gather
+                if current is not None:
+                    rep = evaluate(current, encoder, dev_records, pad_id, verifier=verifier)
                     history.append({"step": step, "dev": rep})
                     accelerator.print(json.dumps({"step": step, "dev": rep}))
                 accelerator.wait_for_everyone()
             if t.snapshot_steps and step % t.snapshot_steps == 0 and step < t.max_steps:
-                if accelerator.is_main_process:
-                    _snapshot(accelerator.unwrap_model(model), tok, encoder, dev_records, pad_id, cfg, tag_id, out / "snapshots" / f"step-{step}",
-                              {"step": step, "tokens_seen": tokens_seen})
+                current, is_copy = main_process_model(accelerator, model, template)
+                if current is not None:
+                    _snapshot(current, tok, encoder, dev_records, pad_id, cfg, tag_id, out / "snapshots" / f"step-{step}",
+                              {"step": step, "tokens_seen": tokens_seen}, is_copy)
                 accelerator.wait_for_everyone()
             if t.save_steps and step % t.save_steps == 0 and step < t.max_steps:
                 _save_state(accelerator, out, step, tokens_seen, history, t.save_total_limit)
@@ -223,8 +229,8 @@ def train(cfg: TrainJobConfig) -> dict:
         **stats,
         "history": history,
     }
-    if accelerator.is_main_process:
-        unwrapped = accelerator.unwrap_model(model)
+    unwrapped, _ = main_process_model(accelerator, model, template)  # every rank: FSDP / ZeRO-3 gather here
+    if unwrapped is not None:
         dev = evaluate(unwrapped, encoder, dev_records, pad_id, verifier=verifier) if dev_records else None
         summary["dev"] = dev
         sidecar = Sidecar(
@@ -243,8 +249,10 @@ def train(cfg: TrainJobConfig) -> dict:
     return summary
 
 
-def _snapshot(model, tok, encoder: StepEncoder, dev: list[Trajectory], pad_id: int, cfg: TrainJobConfig, tag_id: int, path: Path, at: dict) -> None:
-    """Export a merged copy of the model as it is now (training goes on with the original)."""
+def _snapshot(model, tok, encoder: StepEncoder, dev: list[Trajectory], pad_id: int, cfg: TrainJobConfig, tag_id: int, path: Path, at: dict,
+              is_copy: bool = False) -> None:
+    """Export a merged copy of the model as it is now (training goes on with the original; a
+    gathered copy is merged as is)."""
     import copy
 
     verifier = rule(cfg.verifier.cap) if cfg.verifier.enabled else None
@@ -252,7 +260,7 @@ def _snapshot(model, tok, encoder: StepEncoder, dev: list[Trajectory], pad_id: i
     ok = rep is not None and not math.isnan(rep["processbench_f1"])
     sidecar = Sidecar(step_tag=cfg.model.step_tag, step_tag_id=tag_id, max_length=cfg.model.max_length,
                       threshold=rep["threshold"] if ok else None, verifier=verifier, training={**at, "dev": rep, "snapshot": True})
-    export(copy.deepcopy(model).eval(), tok, str(path), sidecar)
+    export((model if is_copy else copy.deepcopy(model)).eval(), tok, str(path), sidecar)
     log.info("snapshot at step %d -> %s (dev %s)", at["step"], path, rep)
 
 
