@@ -42,7 +42,7 @@ def workload(n: int, steps: int) -> list[tuple[str, list[str]]]:
     return [(f"({i + 1}) {question}", lines) for i in range(n)]
 
 
-def engine_run(model: Path, items, repeat: int, dtype: str = "float32", cpu_kernels: str = "onednn") -> tuple[float, list[list[float]]]:
+def engine_run(model: Path, items, repeat: int, dtype: str = "float32", cpu_kernels: str = "fused") -> tuple[float, list[list[float]]]:
     engine = PRMEngine.from_checkpoint(model, device="cpu", dtype=dtype, cpu_kernels=cpu_kernels)
     engine.score(items[:1])  # warm-up
     best = float("inf")
@@ -110,7 +110,8 @@ def main() -> None:
     ap.add_argument("--vllm-url")
     ap.add_argument("--concurrency", type=int, default=16, help="over HTTP: requests in flight")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="in-process: both sides' dtype")
-    ap.add_argument("--torch-kernels", action="store_true", help="in-process: also time our engine with plain torch linears (MKL) instead of oneDNN")
+    ap.add_argument("--also-kernels", nargs="*", default=[], choices=["onednn", "torch"],
+                    help="in-process: also time our engine with these cpu_kernels (the default is fused)")
     args = ap.parse_args()
 
     model = bench_checkpoint(args.model, args.tiny)
@@ -121,17 +122,17 @@ def main() -> None:
         setting = f"over HTTP, {args.concurrency} in flight"
     else:
         torch.set_num_threads(args.threads)
-        runs = {"PRMEngine (transformers)": engine_run(model, items, args.repeat, args.dtype),
+        runs = {"PRMEngine (fused)": engine_run(model, items, args.repeat, args.dtype),
                 "vLLM LLM.encode (pooling)": vllm_run(model, items, args.repeat, args.threads, args.vllm_python, args.dtype)}
-        if args.torch_kernels:
-            runs["PRMEngine, torch linears"] = engine_run(model, items, args.repeat, args.dtype, "torch")
+        for kernels in args.also_kernels:
+            runs[f"PRMEngine, {kernels} kernels"] = engine_run(model, items, args.repeat, args.dtype, kernels)
         setting = f"in-process, {args.dtype}, {args.threads} thread(s), best of {args.repeat}"
     print(f"model {model}: {len(items)} trajectories x {args.steps} steps ({setting})")
     for name, (seconds, _) in runs.items():
         print(f"{name:>28}: {n_steps / seconds:9.1f} steps/s  ({seconds * 1000:.0f} ms)")
     (ours, our_scores), (theirs, their_scores) = list(runs.values())[:2]
-    if args.torch_kernels:
-        print(f"{'oneDNN / torch linears':>28}: {runs['PRMEngine, torch linears'][0] / ours:9.2f}x steps/s")
+    for kernels in args.also_kernels:
+        print(f"{'fused / ' + kernels:>28}: {runs[f'PRMEngine, {kernels} kernels'][0] / ours:9.2f}x steps/s")
     diff = max(abs(a - b) for x, y in zip(our_scores, their_scores, strict=True) for a, b in zip(x, y, strict=True))
     print(f"{'ratio (ours / vLLM)':>28}: {theirs / ours:9.2f}x steps/s")
     print(f"{'max |score difference|':>28}: {diff:.2e}")
