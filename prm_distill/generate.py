@@ -238,6 +238,11 @@ class TransformersPolicy:
         return None
 
 
+# vLLM 0.32 on CPU: eager mode, and no chunked prefill: a seeded request whose prompt is split over
+# steps crashes its CPU runner ("CPU Generator does not use offset"), e.g. 64 samples at once.
+CPU_VLLM_KWARGS: dict[str, Any] = {"enforce_eager": True, "max_model_len": 4096, "enable_chunked_prefill": False}
+
+
 class VLLMPolicy:
     """vLLM offline batch generation: every request goes to one `LLM.generate` call so its scheduler
     batches them; `cfg.vllm` passes tensor/data parallel sizes and other engine options through."""
@@ -254,7 +259,7 @@ class VLLMPolicy:
         self.name = f"vllm:{cfg.policy}"
         self.version = cfg.version or fingerprint(path)
         gpu = torch.cuda.is_available()  # fp32 and eager mode on CPU (as the vLLM judge: ../shared/notes/vllm-on-cpu.md)
-        kwargs = {"dtype": "auto" if gpu else "float32", **({} if gpu else {"enforce_eager": True, "max_model_len": 4096}), **cfg.vllm}
+        kwargs = {"dtype": "auto" if gpu else "float32", **({} if gpu else CPU_VLLM_KWARGS), **cfg.vllm}
         self.llm = LLM(model=path, **kwargs)
         self.tok = self.llm.get_tokenizer()
 

@@ -25,7 +25,13 @@ if __name__ == "__main__":
     reqs = [GenRequest(problem_messages(q), 1, 0.8, 24), GenRequest(problem_messages(q), 1, 0.8, 24),
             GenRequest(problem_messages(q), 2, 0.8, 24), GenRequest(problem_messages(q, prefix_steps=["Tom starts with 3 apples."]), 1, 0.8, 8)]
     out = p.generate(reqs)
-    print("RESULT " + json.dumps({"name": p.name, "gens": [[g.text, g.tokens_in, g.tokens_out, g.finish_reason] for g in out]}))
+    # many seeded requests with long prompts at once: more prompt tokens than one engine step takes
+    # (on CPU this crashed vLLM 0.32 with chunked prefill on: "CPU Generator does not use offset")
+    long_q = q + " " + " ".join(f"On day {d} he counts them again and writes the number down." for d in range(1, 15))
+    many = p.generate([GenRequest(problem_messages(long_q), 100 + i, 0.8, 4) for i in range(64)])
+    again = p.generate([GenRequest(problem_messages(long_q), 100, 0.8, 4)])
+    print("RESULT " + json.dumps({"name": p.name, "gens": [[g.text, g.tokens_in, g.tokens_out, g.finish_reason] for g in out],
+                                  "many": [g.text for g in many], "many_tokens_in": many[0].tokens_in, "again": again[0].text}))
 """
 
 
@@ -44,3 +50,5 @@ def test_vllm_policy_samples_are_seeded_and_continue_prefixes(tmp_path):
     assert a[0] == b[0] and a[0] != c[0]  # a request's seed fixes its sample
     assert all(0 < g[2] <= 24 for g in (a, b, c)) and 0 < cont[2] <= 8
     assert cont[1] > a[1] and not cont[0].startswith("Tom starts with 3 apples")  # the prefix is prompt, not output
+    assert len(res["many"]) == 64 and all(res["many"]) and res["many_tokens_in"] * 64 > 8192  # well over one step's token budget
+    assert res["again"] == res["many"][0]  # a request's seed still fixes its sample when it ran among 63 others

@@ -11,6 +11,7 @@ import time
 from typing import AsyncIterator
 
 from ...backbones import resolve_backbone
+from ...generate import CPU_VLLM_KWARGS
 from ..config import JudgeConfig
 from .base import Completion, Interrupted, Request
 
@@ -26,7 +27,8 @@ class VLLMJudge:
         self.name = cfg.name
         # fp32 is 2-4x faster than bf16 on CPUs (../shared/notes/vllm-on-cpu.md).
         dtype = "auto" if torch.cuda.is_available() else "float32"
-        kwargs = {"dtype": dtype, "enforce_eager": True, "max_model_len": 4096, **cfg.vllm}  # judge.vllm: tensor/data parallel, ...
+        cpu = {} if torch.cuda.is_available() else CPU_VLLM_KWARGS  # seeded votes need chunked prefill off on CPU
+        kwargs = {"dtype": dtype, "enforce_eager": True, "max_model_len": 4096, **cpu, **cfg.vllm}  # judge.vllm: tensor/data parallel, ...
         self.llm = LLM(model=resolve_backbone(cfg.model), **kwargs)
 
     def _generate(self, requests: list[Request]) -> list[Completion]:
