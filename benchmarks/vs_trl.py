@@ -212,9 +212,11 @@ def build_rows(args: argparse.Namespace, out: Path) -> dict:
 
 
 def run(cmd: list[str], env: dict, log: list) -> dict:
-    """Run one stage in its own process; its wall time and peak RSS (os.wait4, this child only)."""
+    """Run one stage in its own process; its wall time, CPU time and peak RSS (os.wait4, this child
+    only), and the machine's 1-minute load average before and after (a shared machine slows a stage)."""
     print("\n$ " + shlex.join(cmd), flush=True)
     log.append(shlex.join(cmd))
+    load_before = round(os.getloadavg()[0], 2)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -222,7 +224,8 @@ def run(cmd: list[str], env: dict, log: list) -> dict:
     wall = time.perf_counter() - t0
     if rc != 0:
         sys.exit(f"stage failed with exit code {rc}: {shlex.join(cmd)}")
-    return {"process_wall_s": round(wall, 1), "peak_rss_gb": round(usage.ru_maxrss / 2**20, 2)}
+    return {"process_wall_s": round(wall, 1), "process_cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
+            "peak_rss_gb": round(usage.ru_maxrss / 2**20, 2), "load_before": load_before, "load_after": round(os.getloadavg()[0], 2)}
 
 
 def stage(out_dir: Path, reuse: bool, cmd: list[str], env: dict, log: list) -> dict:
@@ -321,10 +324,13 @@ def orchestrate(args: argparse.Namespace) -> None:
     }
 
     def rate(who: str) -> dict:
-        tok = sum(scores[who][s]["tokens"] for s in SPLITS)
+        """Both rates over the same token count (the trajectories as PRMTrainer encodes them), so the
+        ratio is not flattered by our encoder's step tags and window overlap (`own_tokens`)."""
+        tok = sum(scores["trl"][s]["tokens"] for s in SPLITS)
         wall = sum(scores[who][s]["wall_s"] for s in SPLITS)
         n = sum(len(scores[who][s]["scores"]) for s in SPLITS)
-        return {"tokens": tok, "wall_s": round(wall, 2), "tokens_per_s": round(tok / max(wall, 1e-9), 1), "items_per_s": round(n / max(wall, 1e-9), 2)}
+        return {"tokens": tok, "own_tokens": sum(scores[who][s]["tokens"] for s in SPLITS), "wall_s": round(wall, 2),
+                "tokens_per_s": round(tok / max(wall, 1e-9), 1), "items_per_s": round(n / max(wall, 1e-9), 2)}
 
     scoring = {"trl": rate("trl"), "ours": rate("ours")}
     auroc = {who: {s: quality[who][s]["fixed"]["auroc"] for s in SPLITS} for who in ("trl", "ours")}
@@ -368,13 +374,15 @@ def print_report(r: dict, args: argparse.Namespace) -> None:
         if t in q[who][SPLITS[0]]:
             print(f"{name:26}" + "".join(f"{fmt(q[who][s][t]['processbench_f1']):>11}{fmt(q[who][s][t]['auroc']):>13}" for s in SPLITS))
     sc = r["scoring"]
-    print("\n== scoring (same items): TRL-style one trajectory per pass vs our engine, batched ==")
+    print("\n== scoring (same items, tokens as PRMTrainer encodes them): TRL-style one trajectory per pass vs our engine, batched ==")
     for who in ("trl", "ours"):
-        print(f"{who:10}{sc[who]['tokens_per_s']:>10} tokens/s{sc[who]['items_per_s']:>10} items/s  ({sc[who]['wall_s']} s)")
+        print(f"{who:10}{sc[who]['tokens_per_s']:>10} tokens/s{sc[who]['items_per_s']:>10} items/s  ({sc[who]['wall_s']} s; {sc[who]['own_tokens']} tokens in its own encoding)")
     ra, met = r["ratios"], r["targets_met"]
     print(f"\nratios (ours / TRL): training tokens/s {ra['train_tokens_per_s']}x (target {TARGET_TRAIN}x: {'met' if met['train'] else 'NOT met'}), "
           f"training loop wall {ra['train_wall']}x faster, scoring tokens/s {ra['score_tokens_per_s']}x (target {TARGET_SCORE}x: "
           f"{'met' if met['score'] else 'NOT met'}), scoring items/s {ra['score_items_per_s']}x; AUROC equal or better: {'yes' if met['auroc'] else 'NO'}")
+    loads = ", ".join(f"{k} {v.get('load_before', '?')}/{v.get('load_after', '?')}" for k, v in r["stages"].items())
+    print(f"\nmachine load (1-min average, {os.cpu_count()} CPUs) before/after each stage: {loads}")
     print("\ncommands:\n" + "\n".join(r["commands"]))
 
 
