@@ -89,7 +89,7 @@ def trl_train(a: argparse.Namespace) -> None:
         gradient_accumulation_steps=1, max_length=a.max_length, step_separator="\n", train_on_last_step_only=False,
         learning_rate=a.lr, bf16=False, fp16=False, seed=a.seed, logging_steps=max(1, a.steps // 8),
         save_strategy="no", eval_strategy="no", report_to="none", dataloader_num_workers=0, disable_tqdm=True,
-        include_num_input_tokens_seen="non_padding",
+        include_num_input_tokens_seen="non_padding", gradient_checkpointing=a.gradient_checkpointing == "on",
     )
     trainer = PRMTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
                          data_collator=CountingCollator(tok))
@@ -107,7 +107,7 @@ def trl_train(a: argparse.Namespace) -> None:
         "tokens_per_s": round(tokens / max(metrics["train_runtime"], 1e-9), 1),
         "collator_tokens": CountingCollator.tokens, "collator_batches": CountingCollator.batches,
         "rows": len(rows), "step_labels": total, "bad_step_labels": bad, "step_labels_kept_after_truncation": kept,
-        "learning_rate": a.lr, "train_loss": metrics.get("train_loss"),
+        "learning_rate": a.lr, "gradient_checkpointing": a.gradient_checkpointing == "on", "train_loss": metrics.get("train_loss"),
     }
     (out / "trl_train.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
 
@@ -287,7 +287,8 @@ def orchestrate(args: argparse.Namespace) -> None:
     stages = {}
     stages["trl_train"] = stage(trl_dir, args.reuse, [str(trl_py), me, "_trl-train", "--backbone", backbone, "--rows", str(out / "rows" / "trl_train.jsonl"),
                                "--steps", str(args.steps), "--batch-size", str(args.batch_size), "--max-length", str(args.max_length),
-                               "--lr", str(args.trl_lr), "--seed", str(args.seed), "--out", str(trl_dir), *common], env, commands)
+                               "--lr", str(args.trl_lr), "--gradient-checkpointing", args.trl_gradient_checkpointing, "--seed", str(args.seed),
+                               "--out", str(trl_dir), *common], env, commands)
     ours_overrides = [f"model.backbone={backbone}", f"model.max_length={args.max_length}",
                       f"data.train=[{out / 'rows' / 'ours_train.jsonl'}]", f"data.dev=[{out / 'rows' / 'ours_dev.jsonl'}]", "data.format=jsonl",
                       "data.limit=null", "data.dev_limit=null", f"train.output_dir={ours_dir}", f"train.max_steps={args.steps}",
@@ -391,7 +392,7 @@ def main() -> None:
     sub = ap.add_subparsers(dest="cmd")
     w = sub.add_parser("_trl-train", help="(worker, .venv-trl)")
     for k, t in (("--backbone", str), ("--rows", str), ("--steps", int), ("--batch-size", int), ("--max-length", int),
-                 ("--lr", float), ("--seed", int), ("--out", str)):
+                 ("--lr", float), ("--gradient-checkpointing", str), ("--seed", int), ("--out", str)):
         w.add_argument(k, type=t, required=True)
     for name in ("_trl-score", "_ours-score"):
         s = sub.add_parser(name, help="(worker)")
@@ -411,6 +412,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--backbone", default="smollm2", help="given to both trainers after conversion to a transformers folder")
     ap.add_argument("--trl-lr", type=float, default=1e-5, help="TRL's learning rate (PRMConfig's default)")
+    ap.add_argument("--trl-gradient-checkpointing", choices=("on", "off"), default="off",
+                    help="PRMConfig turns it on by default (less memory, activations recomputed in the backward pass); off compares speed at its best")
     ap.add_argument("--ours-config", default=str(ROOT / "configs" / "prmbench.yaml"), help="our recipe; data, steps, batch, length are overridden")
     ap.add_argument("--ours-override", action="append", default=[], help="extra section.key=value for our trainer, e.g. lora.enabled=false")
     ap.add_argument("--reuse", action="store_true", help="keep a finished training run of either trainer found in --out, with its figures (same settings only)")

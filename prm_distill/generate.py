@@ -243,6 +243,16 @@ class TransformersPolicy:
 CPU_VLLM_KWARGS: dict[str, Any] = {"enforce_eager": True, "max_model_len": 4096, "enable_chunked_prefill": False}
 
 
+def use_inprocess_vllm_on_cpu(engine_kwargs: dict[str, Any]) -> None:
+    """On CPU, run vLLM's engine core in this process unless the user chose otherwise: as its own
+    process it busy-polls a whole core, which on a small machine is half the compute (measured on 2
+    cores: 64 seeded GSM8K samples at 131 generated tokens/s with it, 210 without, same samples).
+    Parallel engines keep their processes."""
+    parallel = any(int(engine_kwargs.get(k, 1) or 1) > 1 for k in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"))
+    if not parallel:
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+
 class VLLMPolicy:
     """vLLM offline batch generation: every request goes to one `LLM.generate` call so its scheduler
     batches them; `cfg.vllm` passes tensor/data parallel sizes and other engine options through."""
@@ -260,6 +270,8 @@ class VLLMPolicy:
         self.version = cfg.version or fingerprint(path)
         gpu = torch.cuda.is_available()  # fp32 and eager mode on CPU (as the vLLM judge: ../shared/notes/vllm-on-cpu.md)
         kwargs = {"dtype": "auto" if gpu else "float32", **({} if gpu else CPU_VLLM_KWARGS), **cfg.vllm}
+        if not gpu:
+            use_inprocess_vllm_on_cpu(kwargs)
         self.llm = LLM(model=path, **kwargs)
         self.tok = self.llm.get_tokenizer()
 

@@ -4,9 +4,20 @@ that is not a causal LM."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from prm_distill.generate import EndpointPool, GenRequest, PolicyConfig, PolicyError, PolicyUnavailable, load_policy, problem_messages
+from prm_distill.generate import (
+    EndpointPool,
+    GenRequest,
+    PolicyConfig,
+    PolicyError,
+    PolicyUnavailable,
+    load_policy,
+    problem_messages,
+    use_inprocess_vllm_on_cpu,
+)
 
 from .conftest import free_port
 
@@ -99,3 +110,15 @@ def test_endpoint_pool_cycles_and_retries_the_longest_down_when_all_are():
     assert pool.pick() == "u2"  # all down: the one down longest
     pool.mark_up("u3")
     assert pool.pick() == "u3"
+
+
+def test_vllm_on_cpu_runs_its_engine_in_process_unless_told_otherwise(monkeypatch):
+    # a separate engine-core process busy-polls a core: half of a 2-core machine
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    use_inprocess_vllm_on_cpu({"tensor_parallel_size": 2})
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in os.environ  # parallel engines need their processes
+    use_inprocess_vllm_on_cpu({"enforce_eager": True})
+    assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+    use_inprocess_vllm_on_cpu({})
+    assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "1"  # the user's choice stands

@@ -11,7 +11,7 @@ import time
 from typing import AsyncIterator
 
 from ...backbones import resolve_backbone
-from ...generate import CPU_VLLM_KWARGS
+from ...generate import CPU_VLLM_KWARGS, use_inprocess_vllm_on_cpu
 from ..config import JudgeConfig
 from .base import Completion, Interrupted, Request
 
@@ -29,6 +29,8 @@ class VLLMJudge:
         dtype = "auto" if torch.cuda.is_available() else "float32"
         cpu = {} if torch.cuda.is_available() else CPU_VLLM_KWARGS  # seeded votes need chunked prefill off on CPU
         kwargs = {"dtype": dtype, "enforce_eager": True, "max_model_len": 4096, **cpu, **cfg.vllm}  # judge.vllm: tensor/data parallel, ...
+        if not torch.cuda.is_available():
+            use_inprocess_vllm_on_cpu(kwargs)
         self.llm = LLM(model=resolve_backbone(cfg.model), **kwargs)
 
     def _generate(self, requests: list[Request]) -> list[Completion]:
