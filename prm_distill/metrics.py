@@ -44,6 +44,26 @@ def step_auroc(scores, labels) -> float:
     return float(roc_auc_score(yb, p))
 
 
+def paired_auroc_difference(scores_a, scores_b, labels, *, n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> dict[str, float]:
+    """Step AUROC of a minus that of b on the same items, with a paired bootstrap interval over
+    items (steps of one item are not independent, so items are what is resampled). Two scorers
+    whose interval contains 0 are not told apart by this data."""
+    if not len(scores_a) == len(scores_b) == len(labels):
+        raise ValueError("scores_a, scores_b and labels must list the same items")
+    if not 0 < level < 1 or n_boot < 1:
+        raise ValueError("level must lie in (0, 1) and n_boot >= 1")
+    diff = step_auroc(scores_a, labels) - step_auroc(scores_b, labels)
+    rng = np.random.default_rng(seed)
+    boots = []
+    for _ in range(n_boot):
+        idx = rng.integers(0, len(labels), len(labels))
+        d = step_auroc([scores_a[i] for i in idx], [labels[i] for i in idx]) - step_auroc([scores_b[i] for i in idx], [labels[i] for i in idx])
+        if not math.isnan(d):
+            boots.append(d)
+    lo, hi = (np.quantile(boots, [(1 - level) / 2, (1 + level) / 2]) if boots else (NAN, NAN))
+    return {"difference": float(diff), "low": float(lo), "high": float(hi), "level": level, "n_boot": len(boots)}
+
+
 def step_accuracy(scores, labels, threshold: float = 0.5) -> float:
     """Share of supervised, non-neutral steps where (score >= threshold) == (label > 0.5): the
     student's agreement with the labels at that threshold."""

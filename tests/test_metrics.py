@@ -2,7 +2,16 @@ import math
 
 import pytest
 
-from prm_distill.metrics import best_threshold, expected_calibration_error, first_below, processbench_f1, report, step_accuracy, step_auroc
+from prm_distill.metrics import (
+    best_threshold,
+    expected_calibration_error,
+    first_below,
+    paired_auroc_difference,
+    processbench_f1,
+    report,
+    step_accuracy,
+    step_auroc,
+)
 
 
 def test_auroc_counts_correctly_ordered_pairs():
@@ -58,3 +67,21 @@ def test_report_decides_step_accuracy_and_f1_at_the_same_threshold():
     rep = report(scores, labels, [1], 0.7)
     assert rep["threshold"] == 0.7 and rep["step_accuracy"] == 0.5
     assert rep["acc_erroneous"] == 0.0  # at 0.7 the first step below is step 0, the error is at step 1
+
+
+def test_paired_auroc_difference_by_hand_and_its_bootstrap_interval():
+    labels = [[1, 1, 0], [1, 0], [1, 1]]
+    perfect = [[0.9, 0.8, 0.1], [0.7, 0.2], [0.6, 0.95]]
+    inverted = [[1 - s for s in item] for item in perfect]
+    # a ranks every good step above every bad one (AUROC 1), b ranks every bad one above (AUROC 0)
+    d = paired_auroc_difference(perfect, inverted, labels, n_boot=200)
+    assert d["difference"] == 1.0 and d["low"] == 1.0 and d["high"] == 1.0
+    # resamples with one class only (the third item alone) are left out, not counted as 0
+    assert 0 < d["n_boot"] < 200
+    same = paired_auroc_difference(perfect, perfect, labels, n_boot=50)
+    assert same["difference"] == 0.0 and same["low"] == 0.0 and same["high"] == 0.0
+    # 5 good and 2 bad steps: b puts the bad step 0.75 above the good 0.6 and 0.7 -> 2 of 10 pairs wrong
+    b = [[0.9, 0.8, 0.1], [0.7, 0.75], [0.6, 0.95]]
+    assert paired_auroc_difference(perfect, b, labels, n_boot=10)["difference"] == pytest.approx(1 - 0.8)
+    with pytest.raises(ValueError, match="same items"):
+        paired_auroc_difference(perfect, perfect[:2], labels)

@@ -66,3 +66,24 @@ def test_the_engine_follows_the_calibration_written_into_its_checkpoint(tiny_che
     assert engine.calibration()["version"] == 2
     assert flat(engine.calibrate(raw)) == pytest.approx([0.25 + 0.5 * p for p in flat(raw)], abs=1e-9)
     assert engine.score(ITEMS) == raw  # raw scores never change
+
+
+def test_on_cpu_a_batch_runs_in_passes_of_at_most_forward_tokens_with_the_same_scores(tiny_checkpoint):
+    eng = PRMEngine.from_checkpoint(tiny_checkpoint, device="cpu", dtype="float32")
+    assert eng.forward_tokens == engine_module.CPU_FORWARD_TOKENS == 2048  # activations of one pass stay in cache
+    assert PRMEngine.from_checkpoint(tiny_checkpoint, device="cpu", max_batch_tokens=1000).forward_tokens == 1000
+    lengths = sorted(eng.encode(q, s).n_tokens for q, s in ITEMS)
+    assert lengths[0] < lengths[1]
+    passes: list[tuple[int, int]] = []
+    capped = PRMEngine.from_checkpoint(tiny_checkpoint, device="cpu", dtype="float32", forward_tokens=lengths[1])
+    hook = capped.model.register_forward_pre_hook(lambda m, args, kwargs: passes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+    try:
+        split = capped.score(ITEMS)
+    finally:
+        hook.remove()
+    # two windows of different lengths: together they would be 2 x the longer > the cap, so two passes of one
+    assert sorted(passes) == [(1, lengths[0]), (1, lengths[1])]
+    whole = PRMEngine.from_checkpoint(tiny_checkpoint, device="cpu", dtype="float32", forward_tokens=10_000).score(ITEMS)
+    assert flat(split) == pytest.approx(flat(whole), abs=1e-6)
+    with pytest.raises(ValueError, match="forward_tokens"):
+        PRMEngine.from_checkpoint(tiny_checkpoint, device="cpu", forward_tokens=0)
