@@ -120,7 +120,7 @@ def trl_score(a: argparse.Namespace) -> None:
 
     _threads(a.threads)
     tok = AutoTokenizer.from_pretrained(a.model)
-    model = AutoModelForTokenClassification.from_pretrained(a.model, dtype=torch.float32).eval()
+    model = AutoModelForTokenClassification.from_pretrained(a.model, dtype=getattr(torch, a.dtype)).eval()
     sep = tok.encode("\n", add_special_tokens=False)
     items = [json.loads(x) for x in Path(a.items).read_text(encoding="utf-8").splitlines() if x.strip()]
 
@@ -155,7 +155,7 @@ def ours_score(a: argparse.Namespace) -> None:
     from prm_distill.serve.engine import PRMEngine
 
     _threads(a.threads)
-    engine = PRMEngine.from_checkpoint(a.model, device="cpu", verifier=False)
+    engine = PRMEngine.from_checkpoint(a.model, device="cpu", dtype=a.dtype, verifier=False)
     items = [json.loads(x) for x in Path(a.items).read_text(encoding="utf-8").splitlines() if x.strip()]
     pairs = [(it["question"], it["steps"]) for it in items]
     engine.score(pairs[:1])  # warm-up, not timed
@@ -304,11 +304,11 @@ def orchestrate(args: argparse.Namespace) -> None:
     for split in SPLITS:
         f = out / f"trl_scores_{split}.json"
         stages[f"trl_score_{split}"] = run([str(trl_py), me, "_trl-score", "--model", str(trl_dir / "model"), "--items", str(item_files[split]),
-                                            "--out", str(f), *common], env, commands)
+                                            "--out", str(f), "--dtype", args.score_dtype, *common], env, commands)
         scores["trl"][split] = json.loads(f.read_text())
         f = out / f"ours_scores_{split}.json"
         stages[f"ours_score_{split}"] = run([sys.executable, me, "_ours-score", "--model", str(ours_dir), "--items", str(item_files[split]),
-                                             "--out", str(f), *common], env, commands)
+                                             "--out", str(f), "--dtype", args.score_dtype, *common], env, commands)
         scores["ours"][split] = json.loads(f.read_text())
 
     trl_train_res = json.loads((trl_dir / "trl_train.json").read_text())
@@ -407,6 +407,7 @@ def main() -> None:
         s = sub.add_parser(name, help="(worker)")
         for k in ("--model", "--items", "--out"):
             s.add_argument(k, required=True)
+        s.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     for p in (w, sub.choices["_trl-score"], sub.choices["_ours-score"]):
         p.add_argument("--threads", type=int, required=True)
     ap.add_argument("--steps", type=int, default=80, help="optimizer steps of both trainers")
@@ -418,6 +419,8 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=None, help="ProcessBench items per split, a seeded sample (default all: 400 GSM8K, 1000 MATH)")
     ap.add_argument("--threshold", type=float, default=0.5, help="decision threshold fixed in advance")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads of every stage")
+    ap.add_argument("--score-dtype", default="float32", choices=("float32", "bfloat16"),
+                    help="dtype of both scoring sides (training is fp32); bf16 pays on CPUs with AVX512-BF16/AMX")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--backbone", default="smollm2", help="given to both trainers after conversion to a transformers folder")
     ap.add_argument("--trl-lr", type=float, default=1e-5, help="TRL's learning rate (PRMConfig's default)")
