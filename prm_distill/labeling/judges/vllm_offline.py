@@ -11,7 +11,7 @@ import time
 from typing import AsyncIterator
 
 from ...backbones import resolve_backbone
-from ...generate import CPU_VLLM_KWARGS, use_inprocess_vllm_on_cpu
+from ...generate import vllm_engine_kwargs
 from ..config import JudgeConfig
 from .base import Completion, Interrupted, Request
 
@@ -22,15 +22,9 @@ class VLLMJudge:
             from vllm import LLM
         except ImportError:
             raise RuntimeError("judge.backend=vllm needs vLLM (pip install 'prm_distill[vllm]', or scripts/setup_vllm.sh for a CPU venv)") from None
-        import torch
-
         self.name = cfg.name
-        # fp32 is 2-4x faster than bf16 on CPUs (../shared/notes/vllm-on-cpu.md).
-        dtype = "auto" if torch.cuda.is_available() else "float32"
-        cpu = {} if torch.cuda.is_available() else CPU_VLLM_KWARGS  # seeded votes need chunked prefill off on CPU
-        kwargs = {"dtype": dtype, "enforce_eager": True, "max_model_len": 4096, **cpu, **cfg.vllm}  # judge.vllm: tensor/data parallel, ...
-        if not torch.cuda.is_available():
-            use_inprocess_vllm_on_cpu(kwargs)
+        # eager and 4096 tokens on GPU too; judge.vllm: tensor/data parallel, ...
+        kwargs = vllm_engine_kwargs({"enforce_eager": True, "max_model_len": 4096, **cfg.vllm})
         self.llm = LLM(model=resolve_backbone(cfg.model), **kwargs)
 
     def _generate(self, requests: list[Request]) -> list[Completion]:
