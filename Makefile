@@ -22,11 +22,12 @@ venv: $(BIN)/.installed
 vllm-venv:
 	scripts/setup_vllm.sh
 
-# The main job on embedded defaults: `prm-distill pipeline` on configs/pipeline.yaml (rollout -> label -> train
-# -> eval -> serve -> RL scoring -> recalibrate into runs/demo/iter-1/); its last line is `report: <path>`.
+# The main job on embedded defaults: `prm-distill pipeline` on the packaged prm_distill/pipeline/defaults.yaml
+# (configs/pipeline.yaml links to it): rollout -> label -> train -> eval -> serve -> RL scoring -> recalibrate
+# into runs/demo/iter-1/ (the checkpoint: runs/demo/iter-1/train/model); its last line is `report: <path>`.
 # Two OpenMP threads: generation stalls on a shared 2-core machine with more.
 demo: venv
-	OMP_NUM_THREADS=2 $(BIN)/prm-distill pipeline --config configs/pipeline.yaml
+	OMP_NUM_THREADS=2 $(BIN)/prm-distill pipeline
 
 test: venv vllm-venv
 	$(BIN)/python -m pytest -q

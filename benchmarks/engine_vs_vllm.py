@@ -12,7 +12,7 @@ them): `PRMClient` against `prm-distill serve` and `VLLMPoolingClient` against `
 `--concurrency` requests in flight.
 
     python benchmarks/engine_vs_vllm.py                        # default backbone, untrained head
-    python benchmarks/engine_vs_vllm.py --dtype bfloat16 --rounds 3 --also-kernels torch
+    python benchmarks/engine_vs_vllm.py --dtype bfloat16 --rounds 3 --also-kernels fused torch
     python benchmarks/engine_vs_vllm.py --tiny --trajectories 4 --repeat 1    # smoke run
     python benchmarks/engine_vs_vllm.py --model DIR --prm-url http://127.0.0.1:8102 --vllm-url http://127.0.0.1:8101
 """
@@ -34,6 +34,7 @@ from serve_latency import bench_checkpoint
 
 from prm_distill.serve import PRMEngine
 from prm_distill.serve.client import PRMClient
+from prm_distill.serve.engine import auto_cpu_kernels
 from prm_distill.serve.vllm_backend import VLLMPoolingClient
 
 VLLM_PYTHON = Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python"
@@ -45,7 +46,7 @@ def workload(n: int, steps: int) -> list[tuple[str, list[str]]]:
     return [(f"({i + 1}) {question}", lines) for i in range(n)]
 
 
-def engine_run(model: Path, items, repeat: int, dtype: str = "float32", cpu_kernels: str = "fused") -> tuple[float, float, list[list[float]]]:
+def engine_run(model: Path, items, repeat: int, dtype: str = "float32", cpu_kernels: str = "auto") -> tuple[float, float, list[list[float]]]:
     """Best wall seconds, best process CPU seconds (steadier on a shared machine), the scores."""
     engine = PRMEngine.from_checkpoint(model, device="cpu", dtype=dtype, cpu_kernels=cpu_kernels)
     engine.score(items[:1])  # warm-up
@@ -116,8 +117,8 @@ def main() -> None:
     ap.add_argument("--vllm-url")
     ap.add_argument("--concurrency", type=int, default=16, help="over HTTP: requests in flight")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="in-process: both sides' dtype")
-    ap.add_argument("--also-kernels", nargs="*", default=[], choices=["onednn", "torch"],
-                    help="in-process: also time our engine with these cpu_kernels (the default is fused)")
+    ap.add_argument("--also-kernels", nargs="*", default=[], choices=["fused", "onednn", "torch"],
+                    help="in-process: also time our engine with these cpu_kernels (the default is auto: per dtype)")
     args = ap.parse_args()
 
     model = bench_checkpoint(args.model, args.tiny)
@@ -128,7 +129,8 @@ def main() -> None:
         setting = f"over HTTP, {args.concurrency} in flight"
     else:
         torch.set_num_threads(args.threads)
-        runners = {"PRMEngine (fused)": lambda: engine_run(model, items, args.repeat, args.dtype),
+        default = f"PRMEngine (auto: {auto_cpu_kernels(getattr(torch, args.dtype))})"
+        runners = {default: lambda: engine_run(model, items, args.repeat, args.dtype),
                    "vLLM LLM.encode (pooling)": lambda: vllm_run(model, items, args.repeat, args.threads, args.vllm_python, args.dtype)}
         for kernels in args.also_kernels:
             runners[f"PRMEngine, {kernels} kernels"] = lambda k=kernels: engine_run(model, items, args.repeat, args.dtype, k)
@@ -146,7 +148,9 @@ def main() -> None:
         print(f"{name:>28}: {n_steps / seconds:9.1f} steps/s  ({seconds * 1000:.0f} ms{on_cpu})")
     (ours, ours_cpu, our_scores), (theirs, theirs_cpu, their_scores) = list(runs.values())[:2]
     for kernels in args.also_kernels:
-        print(f"{'fused / ' + kernels:>28}: {runs[f'PRMEngine, {kernels} kernels'][0] / ours:9.2f}x steps/s")
+        seconds, cpu, _ = runs[f"PRMEngine, {kernels} kernels"]
+        per_cpu = f" ({theirs_cpu / cpu:.2f}x per CPU-second)" if cpu and theirs_cpu else ""
+        print(f"{kernels + ' / vLLM':>28}: {theirs / seconds:9.2f}x steps/s{per_cpu}")
     diff = max(abs(a - b) for x, y in zip(our_scores, their_scores, strict=True) for a, b in zip(x, y, strict=True))
     print(f"{'ratio (ours / vLLM)':>28}: {theirs / ours:9.2f}x steps/s")
     if ours_cpu and theirs_cpu:  # CPU time of each process: what a busy, shared machine disturbs least

@@ -6,7 +6,7 @@
 #   benchmarks/gpu_check.sh [MODEL_DIR]     # default: the default backbone with an untrained head
 #
 # Needs one Python env with prm_distill[serve] and a GPU build of vllm (PYTHON, default: python).
-# Environment: DTYPE (bfloat16), TRAJECTORIES (512), STEPS (10), CONCURRENCY (64), SECONDS (10).
+# Environment: DTYPE (bfloat16), TRAJECTORIES (512), STEPS (10), CONCURRENCY (64), POINT_SECONDS (10; not SECONDS, which is bash's elapsed-time counter).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -15,7 +15,7 @@ DTYPE=${DTYPE:-bfloat16}
 TRAJECTORIES=${TRAJECTORIES:-512}
 STEPS=${STEPS:-10}
 CONCURRENCY=${CONCURRENCY:-64}
-SECONDS_PER_POINT=${SECONDS:-10}
+SECONDS_PER_POINT=${POINT_SECONDS:-10}
 VLLM_PORT=${VLLM_PORT:-8101}
 PRM_PORT=${PRM_PORT:-8102}
 

@@ -54,8 +54,18 @@ def _variants(engine: PRMEngine, records, cap: float) -> dict[str, list[list[flo
     return {"student": alone, "verifier": apply_rule(rule(cap), items, ones), "composed": apply_rule(rule(cap), items, alone)}
 
 
-def evaluate_checkpoint(model: str, dev_files: list[str], tests: list[str], dev_limit: int | None, cap: float) -> dict:
-    engine = PRMEngine.from_checkpoint(model, device="cpu", verifier=False)
+def _test_sample(records: list, limit: int | None, seed: int = 0) -> list:
+    """A seeded sample of `limit` test items, in file order (all of them when limit is None): on a
+    shared CPU a large student may not score all 1,400 ProcessBench items in the time there is."""
+    if limit is None or len(records) <= limit:
+        return records
+    keep = sorted(random.Random(seed).sample(range(len(records)), limit))
+    return [records[i] for i in keep]
+
+
+def evaluate_checkpoint(model: str, dev_files: list[str], tests: list[str], dev_limit: int | None, cap: float, device: str = "cpu",
+                        test_limit: int | None = None) -> dict:
+    engine = PRMEngine.from_checkpoint(model, device=device, verifier=False)
     t0 = time.time()
     dev = _dev_sample(dev_files, dev_limit)
     dev_scores = _variants(engine, dev, cap)
@@ -67,7 +77,7 @@ def evaluate_checkpoint(model: str, dev_files: list[str], tests: list[str], dev_
     for v in VARIANTS:
         out["dev"][v] = report(dev_scores[v], [r.labels for r in dev], [r.first_error for r in dev], thresholds[v])
     for path in tests:
-        recs = load_records(path, "processbench")
+        recs = _test_sample(load_records(path, "processbench"), test_limit)
         scores = _variants(engine, recs, cap)
         out["test"][Path(path).stem] = {v: report(scores[v], [r.labels for r in recs], [r.first_error for r in recs], thresholds[v]) for v in VARIANTS}
     out["eval_wall_s"] = round(time.time() - t0, 1)
@@ -90,21 +100,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dev", action="append", required=True, help="dev split of the training sources (thresholds are chosen here)")
     p.add_argument("--test", action="append", required=True, help="ProcessBench file (never used to choose anything)")
     p.add_argument("--dev-limit", type=int, default=600, help="score at most this many dev records (whole questions, seeded)")
+    p.add_argument("--test-limit", type=int, default=None, help="score a seeded sample of this many items of each test file (default: all)")
     p.add_argument("--cap", type=float, default=None, help="verifier cap (default: the checkpoint's rule, else 0.1)")
     p.add_argument("--snapshots", help="folder of training snapshots (step-N): the learning curve")
     p.add_argument("--curve-test", action="append", help="test files for the learning curve (default: the first --test)")
     p.add_argument("--output", help="JSON report")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (a GPU scores in bf16: benchmarks/gpu_recipe.sh)")
     a = p.parse_args(argv)
     side = read_sidecar(a.model)
     cap = a.cap if a.cap is not None else (side.verifier or {}).get("cap", DEFAULT_CAP)
-    res = evaluate_checkpoint(a.model, a.dev, a.test, a.dev_limit, cap)
+    res = evaluate_checkpoint(a.model, a.dev, a.test, a.dev_limit, cap, a.device, a.test_limit)
     print(f"model {a.model}: {res['training']}  (dev {res['n_dev']} records, cap {cap}, eval {res['eval_wall_s']} s)")
     print(table(res), flush=True)
     if a.snapshots:
         curve = []
         snaps = sorted(Path(a.snapshots).glob("step-*"), key=lambda x: int(x.name.split("-")[1]))
         for snap in snaps:
-            r = evaluate_checkpoint(str(snap), a.dev, a.curve_test or a.test[:1], a.dev_limit, cap)
+            r = evaluate_checkpoint(str(snap), a.dev, a.curve_test or a.test[:1], a.dev_limit, cap, a.device, a.test_limit)
             curve.append(r)
             print(f"\n{snap.name}: {r['training']}\n{table(r)}", flush=True)
         curve.append(res)

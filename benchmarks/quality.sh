@@ -2,15 +2,20 @@
 # The CPU recipe end to end (issue 10): build the process data, train (resumes from its checkpoints:
 # a larger budget continues), then score ProcessBench GSM8K and MATH with thresholds chosen on the dev
 # split of the training sources. Needs ../shared/data. Usage: benchmarks/quality.sh [train overrides...]
+# The Qwen2.5 student (docs/results.md): CONFIG=configs/recipe-qwen-cpu.yaml OUT=runs/recipe-qwen-cpu \
+#   benchmarks/quality.sh model.backbone="$(../shared/models/fetch.sh qwen2.5-coder-0.5b | tail -n 1)"
+# QUALITY_ARGS="--test-limit 200" passes options to benchmarks/quality.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-.venv/bin}
 DATA=${DATA:-../shared/data}
 OUT=${OUT:-runs/recipe-cpu}
+CONFIG=${CONFIG:-configs/recipe-cpu.yaml}
 [ -d "$DATA/gsm8k" ] || { echo "quality.sh: $DATA not found (the real data sets)" >&2; exit 2; }
 [ -f runs/data/gsm8k/train.jsonl ] || $BIN/prm-distill data gsm8k --input "$DATA/gsm8k/train.jsonl" --output runs/data/gsm8k
 [ -f runs/data/prmbench/train.jsonl ] || $BIN/prm-distill data prmbench $(for f in "$DATA"/prmbench/train_*.jsonl; do printf -- '--input %s ' "$f"; done) --output runs/data/prmbench
-$BIN/prm-distill train --config configs/recipe-cpu.yaml train.output_dir="$OUT" "$@"
+[ -z "${DATA_ONLY:-}" ] || exit 0   # DATA_ONLY=1: only build (or reuse) the data (benchmarks/gpu_recipe.sh)
+$BIN/prm-distill train --config "$CONFIG" train.output_dir="$OUT" "$@"
 $BIN/python benchmarks/quality.py --model "$OUT" --dev runs/data/gsm8k/dev.jsonl --dev runs/data/prmbench/dev.jsonl \
   --test "$DATA/processbench/gsm8k.json" --test "$DATA/processbench/math.json" \
-  --snapshots "$OUT/snapshots" --output "$OUT/quality.json"
+  --snapshots "$OUT/snapshots" --output "$OUT/quality.json" ${QUALITY_ARGS:-}

@@ -96,8 +96,8 @@ async def scorer_wall_http(url: str, checkpoint: Path, branches: list[list[Inter
 
 
 def http_wall(checkpoint: Path, branches: list[list[Interaction]], args: argparse.Namespace) -> float:
+    from prm_distill.serve import BackgroundServer, ServerConfig
     from prm_distill.serve.client import wait_until_ready
-    from prm_distill.serve.server import BackgroundServer, ServerConfig
 
     with BackgroundServer(ServerConfig(model=str(checkpoint), port=0, max_wait_ms=args.max_wait_ms)) as server:
         if not asyncio.run(wait_until_ready(server.url, timeout_s=300)):

@@ -10,7 +10,7 @@ another for `--seconds`. Targets (issue 4): batching on >= 3x the throughput of 
 and p50 < 50 ms at 1 client with the default backbone.
 
     python benchmarks/serve_latency.py                       # default backbone, untrained head (scores are not the point)
-    python benchmarks/serve_latency.py --model runs/demo/model
+    python benchmarks/serve_latency.py --model runs/demo/iter-1/train/model
     python benchmarks/serve_latency.py --tiny --seconds 2    # smoke run
 """
 
@@ -65,20 +65,26 @@ def start_server(model: Path, port: int, extra: list[str]) -> subprocess.Popen:
 async def drive(url: str, clients: int, seconds: float, question: str, steps: list[str], coalesce: bool = True) -> tuple[float, list[float]]:
     """(trajectories/s, latencies in s) with `clients` coroutines scoring back to back for `seconds`
     through one PRMClient (as the RL scorer's sessions share one)."""
-    latencies: list[float] = []
     async with PRMClient(url, config=ClientConfig(max_connections=clients, timeout_s=120, coalesce=coalesce)) as client:
-        await asyncio.gather(*(client.score(question, steps) for _ in range(clients)))  # warm-up, connections open
-        end = time.perf_counter() + seconds
+        return await drive_client(client, clients, seconds, question, steps)
 
-        async def worker() -> None:
-            while time.perf_counter() < end:
-                t = time.perf_counter()
-                await client.score(question, steps)
-                latencies.append(time.perf_counter() - t)
 
-        start = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(clients)))
-        elapsed = time.perf_counter() - start
+async def drive_client(client, clients: int, seconds: float, question: str, steps: list[str]) -> tuple[float, list[float]]:
+    """`drive` through any scorer client with `async score(question, steps)` (PRMClient,
+    VLLMPoolingClient): the same load for every server (benchmarks/gpu_recipe.py)."""
+    latencies: list[float] = []
+    await asyncio.gather(*(client.score(question, steps) for _ in range(clients)))  # warm-up, connections open
+    end = time.perf_counter() + seconds
+
+    async def worker() -> None:
+        while time.perf_counter() < end:
+            t = time.perf_counter()
+            await client.score(question, steps)
+            latencies.append(time.perf_counter() - t)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(clients)))
+    elapsed = time.perf_counter() - start
     return len(latencies) / elapsed, latencies
 
 

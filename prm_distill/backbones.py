@@ -79,6 +79,10 @@ def resolve_backbone(name_or_path: str) -> str:
             convert_gguf(smollm2_gguf_path(), out)
         return str(out)
     path = Path(name_or_path)
+    if name_or_path.startswith(("/", "./", "../", "~")) and not path.expanduser().exists():
+        raise BackboneError(f"backbone folder {name_or_path} does not exist (model.backbone: a model folder, "
+                            f"a folder holding one .gguf file, a hub id, or {DEFAULT_BACKBONE!r})")
+    path = path.expanduser()
     if path.is_dir() and not (path / "config.json").is_file():
         ggufs = sorted(path.glob("*.gguf"))
         if len(ggufs) == 1:
@@ -88,4 +92,4 @@ def resolve_backbone(name_or_path: str) -> str:
                 convert_gguf(ggufs[0], out)
             return str(out)
         raise BackboneError(f"backbone folder {path} has no config.json (and not exactly one .gguf file)")
-    return name_or_path
+    return str(path) if path.exists() else name_or_path  # else a hub id

@@ -72,6 +72,18 @@ def apply(probs: Any, calibration: Mapping[str, Any] | None) -> np.ndarray:
     return np.interp(p, np.asarray(params["x"], dtype=float), np.asarray(params["y"], dtype=float))
 
 
+DEFAULT_THRESHOLD = 0.5  # the decision threshold of a checkpoint that chose none
+
+
+def decision_threshold(checkpoint_threshold: float | None, calibration: Mapping[str, Any] | None) -> float:
+    """The one rule for the threshold a checkpoint decides at (eval, recalibrate, the RL scorer):
+    its own threshold, chosen on raw dev scores (else 0.5), mapped through the calibration the
+    scores are served with, so a new calibration moves scores and threshold together and no
+    decision changes (None = raw scores: the threshold as chosen)."""
+    raw = DEFAULT_THRESHOLD if checkpoint_threshold is None else float(checkpoint_threshold)
+    return float(apply([raw], calibration)[0])
+
+
 def apply_each(scores: Sequence[Sequence[float]], calibration: Mapping[str, Any] | None) -> list[list[float]]:
     """Calibrated copies (plain lists) of several trajectories' per-step scores."""
     return [apply(s, calibration).tolist() for s in scores]
@@ -154,15 +166,6 @@ def describe(calibration: Mapping[str, Any] | None) -> str:
     if calibration["method"] == "temperature":
         return f"temperature T={calibration['params']['temperature']:.4g} (v{calibration.get('version', '?')})"
     return f"isotonic, {len(calibration['params']['x'])} breakpoints (v{calibration.get('version', '?')})"
-
-
-def __getattr__(name: str) -> Any:
-    """`calibration.write_calibration` / `calibration.CalibrationWatch`: moved to `checkpoint.py`."""
-    if name in ("write_calibration", "CalibrationWatch"):
-        from . import checkpoint
-
-        return getattr(checkpoint, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [

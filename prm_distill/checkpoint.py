@@ -60,10 +60,6 @@ class Sidecar:
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
-# The package's one JSON writer (strict JSON, atomic); this name is kept for existing callers.
-write_json_atomic = write_json
-
-
 def read_sidecar(model_dir: str | os.PathLike) -> Sidecar:
     path = Path(model_dir) / SIDECAR_NAME
     if not path.is_file():

@@ -1,7 +1,9 @@
 """`prm-distill <command>`: the only place (with recalibration) that ties the stages together.
 
 Exit codes are the same for every command (`exits.py`): 0 done, 2 bad input, 3 drift (recalibrate),
-4 a judge or backend unavailable, 130 interrupted.
+4 a judge or backend unavailable, 130 interrupted (SIGINT/SIGTERM). A command returns 0 or 3; every
+other code comes from `exit_table()`, applied once in `main`, which also says what work is kept (a
+command names it in `args.kept` once it knows its output folder) and how to resume.
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ import sys
 import time
 from pathlib import Path
 
-from . import exits
+from . import exits, stop
 from .atomic import atomic_open, dumps, write_json
 from .config import ConfigError, help_text, load_config
-from .records import FORMATS, RecordError, Trajectory, iter_jsonl, steps_of
+from .records import FORMATS, RecordError, Trajectory, read_inputs, steps_of
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -26,6 +28,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         print("\n".join(help_text(TrainJobConfig)))
         return 0
     cfg = load_config(TrainJobConfig, args.config, args.overrides)
+    args.kept = f"the newest resumable checkpoint is kept in {Path(cfg.train.output_dir) / 'checkpoints'}"
     summary = train(cfg)
     dev = summary.get("dev")
     if dev:
@@ -47,25 +50,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _score_inputs(path: str) -> list[tuple[int, dict]]:
+def _score_input(obj: dict, lineno: int) -> tuple[int, dict]:
     """(line, record) for score: `question` plus `steps` or `response` (split with the shared splitter)."""
-    out = []
-    for lineno, obj in iter_jsonl(path):
-        if not isinstance(obj, dict):
-            raise RecordError("expected a JSON object", source=path, line=lineno)
-        try:
-            obj = {**obj, "steps": steps_of(obj)}
-            Trajectory(id=str(obj.get("id", lineno)), question=obj.get("question"), steps=obj["steps"])  # type: ignore[arg-type]  # checked there
-        except RecordError as e:
-            raise RecordError(str(e).split(": ", 1)[-1], source=path, line=lineno, field=e.field) from None
-        out.append((lineno, obj))
-    return out
+    obj = {**obj, "steps": steps_of(obj)}
+    Trajectory(id=str(obj.get("id", lineno)), question=obj.get("question"), steps=obj["steps"])  # type: ignore[arg-type]  # checked there
+    return lineno, obj
 
 
 def cmd_score(args: argparse.Namespace) -> int:
     from .serve.engine import PRMEngine
 
-    items = _score_inputs(args.input)
+    items = read_inputs(args.input, _score_input)  # strict: one output line per input line, or none
     engine = PRMEngine.from_checkpoint(args.model, device=args.device, verifier=not args.no_verifier)
     t0 = time.time()
     scores = engine.score([(o["question"], o["steps"]) for _, o in items])
@@ -81,20 +76,13 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 def cmd_label(args: argparse.Namespace) -> int:
     from .labeling import LabelJobConfig, run_label_job
-    from .labeling.judges import Interrupted, JudgeUnavailable
 
     if args.help_config:
         print("\n".join(help_text(LabelJobConfig)))
         return 0
     cfg = load_config(LabelJobConfig, args.config, args.overrides)
-    try:
-        s = run_label_job(cfg)
-    except JudgeUnavailable as e:
-        print(f"prm-distill label: judge unavailable: {e}\ncompleted records and cached answers are kept in {cfg.output}; rerun to resume", file=sys.stderr)
-        return exits.UNAVAILABLE
-    except Interrupted:
-        print(f"prm-distill label: interrupted; completed records and cached answers are kept in {cfg.output}; rerun to resume", file=sys.stderr)
-        return exits.INTERRUPTED
+    args.kept = f"completed records and cached answers are kept in {cfg.output}"
+    s = run_label_job(cfg)
     print(f"labelled {s['records']} rollouts ({s['labelled_steps']}/{s['steps']} steps supervised, {s['skipped_lines']} bad lines skipped); "
           f"invalid-vote rate {s['invalid_vote_rate']}, agreement {s['vote_agreement']}; "
           f"{s['this_run']['requests_sent']} requests this run -> {cfg.output}/labels.jsonl, {cfg.output}/summary.json")
@@ -108,8 +96,8 @@ _ROLLOUT_FLAGS = {"problems": "problems", "output": "output", "k": "k", "tempera
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
-    """Exit 0 when every sample is written; 4 when the policy server gave up (a rerun resumes); 2 on bad input."""
-    from .generate import PolicyUnavailable
+    """Exit 0 when every sample is written; 4 when the policy server gave up, 130 on SIGTERM/SIGINT (the shard in hand
+    is written first; a rerun resumes); 2 on bad input."""
     from .rollout import RolloutConfig, run_rollout
 
     if args.help_config:
@@ -117,11 +105,8 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         return 0
     flags = [f"{key}={json.dumps(getattr(args, name))}" for name, key in _ROLLOUT_FLAGS.items() if getattr(args, name) is not None]
     cfg = load_config(RolloutConfig, args.config, list(args.overrides) + flags)
-    try:
-        s = run_rollout(cfg)
-    except PolicyUnavailable as e:
-        print(f"prm-distill rollout: policy unavailable: {e}\ncompleted shards are kept in {cfg.output}; rerun to resume", file=sys.stderr)
-        return exits.UNAVAILABLE
+    args.kept = f"completed shards are kept in {cfg.output}"
+    s = run_rollout(cfg)
     acc = "n/a (no gold answers)" if s["accuracy"] is None else f"{s['accuracy']:.3f} (pass@{s['k']} {s['pass_at_k']:.3f})"
     print(f"rolled out {s['problems']} problems x {s['k']} samples with {s['generator']} ({s['this_run']['samples_generated']} generated this run); "
           f"accuracy {acc}; {s['no_answer_found']} without an answer -> {cfg.output}/rollouts.jsonl, {cfg.output}/summary.json")
@@ -130,7 +115,6 @@ def cmd_rollout(args: argparse.Namespace) -> int:
 
 def cmd_recalibrate(args: argparse.Namespace) -> int:
     """Exit 0: no drift flag; 3: re-distillation advised (a drift flag); 2 on bad input; 4: judge unavailable."""
-    from .labeling.judges import JudgeUnavailable
     from .recalibrate import RecalibrateConfig, run_recalibration
 
     if args.help_config:
@@ -141,13 +125,10 @@ def cmd_recalibrate(args: argparse.Namespace) -> int:
         raise ValueError(f"the following arguments are required: {', '.join(missing)}")
     overrides = list(args.overrides) + ([f"calibration.method={args.method}"] if args.method else [])
     cfg = load_config(RecalibrateConfig, args.config, overrides)
-    try:
-        rep = run_recalibration(args.model, args.heldout, args.output, fmt=args.format, fresh=args.fresh, label_config=args.label_config,
-                                history=args.history, adopt=args.adopt, config=cfg, device=args.device)
-    except JudgeUnavailable as e:
-        print(f"prm-distill recalibrate: judge unavailable while labelling --fresh rollouts: {e}; cached answers are kept in "
-              f"{args.output}/fresh_label_cache.jsonl, rerun to resume", file=sys.stderr)
-        return exits.UNAVAILABLE
+    if args.fresh:
+        args.kept = f"the judge's answers on --fresh rollouts are cached in {Path(args.output) / 'fresh_label_cache.jsonl'}"
+    rep = run_recalibration(args.model, args.heldout, args.output, fmt=args.format, fresh=args.fresh, label_config=args.label_config,
+                            history=args.history, adopt=args.adopt, config=cfg, device=args.device)
 
     from .metrics import fmt as f
 
@@ -170,20 +151,15 @@ def cmd_recalibrate(args: argparse.Namespace) -> int:
     return exits.DRIFT if rep["redistill_advised"] else exits.OK
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import demo_judge, run_demo
-
-    judge = demo_judge(args.judge_model) if args.judge_model else None
-    return run_demo(args.output, args.overrides, quick=args.quick, train_labels=args.train_labels, judge=judge)
-
-
 def cmd_pipeline(args: argparse.Namespace) -> int:
-    """Exit 0, 3 on drift, 2 on bad input, 4 when a judge, policy or backend is unavailable."""
+    """The main job (also `prm-distill demo`). Exit 0, 3 on drift; 2, 4 and 130 by `exit_table()`."""
     from .pipeline import PipelineConfig, main as pipeline_main
+    from .pipeline.config import embedded_defaults
 
-    if args.help_config:
-        print("\n".join(help_text(PipelineConfig)))
+    if args.help_config:  # the values shown are the main job's (the packaged defaults.yaml)
+        print("\n".join(help_text(PipelineConfig, defaults=embedded_defaults())))
         return 0
+    args.kept = "completed stages are kept"
     return pipeline_main(args.config, args.overrides, args.iteration)
 
 
@@ -230,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("serve", help="HTTP scoring server with dynamic batching (POST /v1/score, /health, /metrics)")
     add_server_arguments(v)
-    v.set_defaults(func=cmd_serve)
+    v.set_defaults(func=cmd_serve, own_signals=True)  # uvicorn drains in-flight requests on SIGTERM, then re-raises it
 
     lb = sub.add_parser("label", help="label rollouts with LLM judges (resumable): labels.jsonl + summary.json")
     lb.add_argument("--config", help="YAML config (see configs/label.yaml)")
@@ -283,22 +259,40 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_select_parsers(sub)
 
-    pl = sub.add_parser("pipeline", help="rollout -> label -> train -> eval -> serve -> RL scoring -> recalibrate from one config (resumable; exit 3 on drift)")
-    pl.add_argument("--config", help="YAML (see configs/pipeline.yaml); without it the embedded defaults")
-    pl.add_argument("--iteration", type=int, default=1, help="iteration K (K > 1 continues from iteration K-1's checkpoint and report)")
-    pl.add_argument("--help-config", action="store_true", help="list every setting with its default and help")
-    pl.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. name=exp1 train.train.max_steps=50 rollout.k=4")
-    pl.set_defaults(func=cmd_pipeline)
-
-    d = sub.add_parser("demo", help="the main job on embedded defaults: generate data, distil, evaluate")
-    d.add_argument("--output", default="runs/demo", help="working folder")
-    d.add_argument("--quick", action="store_true", help="a tiny budget (smoke run)")
-    d.add_argument("--train-labels", choices=("construction", "judge"), default="construction",
-                   help="distil from the labels by construction (a perfect judge) or from the offline judges' labels")
-    d.add_argument("--judge-model", help="the in-process judge's model folder (default: the embedded SmolLM2-135M-Instruct)")
-    d.add_argument("overrides", nargs="*", help="train config overrides, e.g. train.max_steps=20")
-    d.set_defaults(func=cmd_demo)
+    for name, about in (("pipeline", "rollout -> label -> train -> eval -> serve -> RL scoring -> recalibrate from one config (resumable; exit 3 on drift)"),
+                        ("demo", "the main job on embedded defaults: an alias of `prm-distill pipeline`")):
+        pl = sub.add_parser(name, help=about)
+        pl.add_argument("--config", help="YAML merged into the embedded defaults (prm_distill/pipeline/defaults.yaml = configs/pipeline.yaml)")
+        pl.add_argument("--iteration", type=int, default=1, help="iteration K (K > 1 continues from iteration K-1's checkpoint and report)")
+        pl.add_argument("--help-config", action="store_true", help="list every setting with its embedded default and help")
+        pl.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. name=exp1 train.train.max_steps=50 rollout.k=4")
+        pl.set_defaults(func=cmd_pipeline)
     return p
+
+
+def exit_table() -> list[tuple[tuple[type[BaseException], ...], int, str]]:
+    """Exception -> (exit code, what the message calls it), first match wins: THE table for every command.
+    The upper floors' classes are imported here, when something was raised, not at startup."""
+    from .generate import PolicyUnavailable
+    from .labeling.judges import JudgeUnavailable
+    from .select.backend import ScoringUnavailable
+
+    return [
+        ((exits.Interrupted, KeyboardInterrupt), exits.INTERRUPTED, "interrupted"),
+        ((JudgeUnavailable,), exits.UNAVAILABLE, "judge unavailable"),
+        ((PolicyUnavailable,), exits.UNAVAILABLE, "policy unavailable"),
+        ((ScoringUnavailable,), exits.UNAVAILABLE, "scoring server unavailable"),
+        ((exits.Unavailable,), exits.UNAVAILABLE, "unavailable"),
+        ((ConfigError, RecordError, FileNotFoundError, ValueError), exits.BAD_INPUT, "error"),
+    ]
+
+
+def exit_code(e: BaseException) -> tuple[int, str] | None:
+    """(code, name) of an exception by `exit_table()`; None for one it does not know (a bug: traceback)."""
+    for kinds, code, name in exit_table():
+        if isinstance(e, kinds):
+            return code, name
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -306,11 +300,22 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if not args.verbose:  # accelerate logs every file of every checkpoint at INFO
         logging.getLogger("accelerate").setLevel(logging.WARNING)
+    args.kept = None  # what a stopped command keeps, once it knows (the message says so, with how to resume)
     try:
-        return args.func(args)
-    except (ConfigError, RecordError, FileNotFoundError, ValueError) as e:
-        print(f"prm-distill {args.command}: error: {e}", file=sys.stderr)
-        return exits.BAD_INPUT
+        if getattr(args, "own_signals", False):
+            return args.func(args)
+        with stop.handle_signals():
+            return args.func(args)
+    except BaseException as e:
+        known = exit_code(e)
+        if known is None:
+            raise
+        code, name = known
+        detail = str(e) or type(e).__name__
+        print(f"prm-distill {args.command}: {name}: {detail}", file=sys.stderr)
+        if code in (exits.UNAVAILABLE, exits.INTERRUPTED) and args.kept:
+            print(f"{args.kept}; rerun the same command to resume", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

@@ -149,14 +149,45 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
     return build(cls, data)
 
 
-def help_text(cls: type, prefix: str = "") -> list[str]:
-    """`key (default): help` lines for every field, for `--help-config`."""
+def add_options(parser: Any, cls: type) -> None:
+    """One command-line option per field of dataclass `cls` (`--max-wait-ms`), help from the field:
+    the one dataclass-to-flags path (`serve`, `rerank`, `pairs`, `filter`; the YAML commands take
+    `key=value` overrides instead). A bool that defaults to True is turned off with `--no-NAME`, one
+    that defaults to False on with `--NAME`; a field without a default is required."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        flag, helptext = "--" + f.name.replace("_", "-"), f.metadata.get("help", "")
+        if hints[f.name] is bool:
+            if f.default is True:
+                parser.add_argument("--no-" + f.name.replace("_", "-"), dest=f.name, action="store_false", help=f"Turn off: {helptext}")
+            else:
+                parser.add_argument(flag, dest=f.name, action="store_true", help=helptext)
+            continue
+        kind = next((t for t in typing.get_args(hints[f.name]) if t is not type(None)), hints[f.name])
+        if f.default is dataclasses.MISSING:
+            parser.add_argument(flag, dest=f.name, type=kind, required=True, help=helptext)
+        else:
+            shown = "" if f.default is None else f" (default: {f.default})"
+            parser.add_argument(flag, dest=f.name, type=kind, default=f.default, help=helptext + shown)
+
+
+def from_options(cls: type[T], args: Any) -> T:
+    """The dataclass `cls` from the options `add_options` added (an argparse namespace)."""
+    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
+
+
+def help_text(cls: type, prefix: str = "", defaults: Any = None) -> list[str]:
+    """`key (default): help` lines for every field, for `--help-config`. With `defaults` (an instance
+    of `cls`, e.g. a job's embedded settings) its values are shown instead of the fields' defaults."""
     lines = []
     for f in dataclasses.fields(cls):
         tp = typing.get_type_hints(cls)[f.name]
         if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-            lines += help_text(tp, prefix + f.name + ".")
+            lines += help_text(tp, prefix + f.name + ".", getattr(defaults, f.name) if defaults is not None else None)
             continue
-        default = f.default if f.default is not dataclasses.MISSING else (f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        if defaults is not None:
+            default = getattr(defaults, f.name)
+        else:
+            default = f.default if f.default is not dataclasses.MISSING else (f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
         lines.append(f"{prefix}{f.name} ({default!r}): {f.metadata.get('help', '')}")
     return lines

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+from .calibration import decision_threshold
 from .metrics import best_threshold, fmt, report
 from .protocol import StepScorer
 from .records import Trajectory, load_records
@@ -27,9 +28,9 @@ def choose_threshold(engine: StepScorer, threshold: float | None, dev_files: Seq
     if dev_files:
         dev = [r for p in dev_files for r in load_records(p, dev_format or fmt)]
         return best_threshold(_score(engine, dev), [r.first_error for r in dev]), "dev: " + ", ".join(dev_files)
-    if engine.sidecar.threshold is not None:
-        return float(engine.sidecar.threshold), "checkpoint (chosen on its training dev split)"
-    return 0.5, "default"
+    if engine.sidecar.threshold is not None:  # raw scores are evaluated: no calibration maps it
+        return decision_threshold(engine.sidecar.threshold, None), "checkpoint (chosen on its training dev split)"
+    return decision_threshold(None, None), "default"
 
 
 def evaluate_files(

@@ -14,12 +14,13 @@ import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from .atomic import atomic_open, dumps
 from .steps import SplitConfig, StepSplitError, split_steps
 
 FORMATS = ("jsonl", "processbench", "prmbench")
+T = TypeVar("T")
 log = logging.getLogger("prm_distill.records")
 
 
@@ -166,6 +167,54 @@ def iter_jsonl(path: str | os.PathLike, skipped: list[RecordError] | None = None
                 if skipped is None:
                     raise err from None
                 skipped.append(err)
+
+
+def read_inputs(path: str | os.PathLike, parse: Callable[[dict[str, Any], int], T], *, key: Callable[[T], str | None] | None = None,
+                skipped: list[dict[str, Any]] | None = None, limit: int | None = None) -> list[T]:
+    """The one reader of input records (`score`, `label`, `rerank`/`pairs`/`filter`): JSONL, one JSON
+    object per line, turned into a `T` by `parse(object, line)` (which raises RecordError naming the
+    field; `steps_of` reads "steps or a response to split").
+
+    The one bad-line policy: invalid JSON, a non-object, a record `parse` refuses and a repeated
+    `key` (the id) are bad lines. Strict by default (RecordError naming file, line and field: a
+    command that writes one output per input); with `skipped` a list, each bad line is logged,
+    appended as {"line", "error"} and skipped (a long job should not die on one broken record).
+    `limit` stops after that many good records."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"input file not found: {path}")
+    src = str(path)
+    out: list[T] = []
+    seen: dict[str, int] = {}
+    bad_json: list[RecordError] = []  # filled by iter_jsonl with the lines before the one it yields
+
+    def reject(err: RecordError) -> None:
+        if skipped is None:
+            raise err
+        log.warning("%s: skipped", err)
+        skipped.append({"line": err.line, "error": str(RecordError(err.message, field=err.field))})
+
+    for lineno, obj in iter_jsonl(path, bad_json if skipped is not None else None):
+        while bad_json:
+            reject(bad_json.pop(0))
+        if not isinstance(obj, dict):
+            reject(RecordError(f"expected a JSON object, got {type(obj).__name__}", source=src, line=lineno))
+            continue
+        try:
+            item = parse(obj, lineno)
+            k = key(item) if key is not None else None
+            if k is not None and k in seen:
+                raise RecordError(f"duplicate id {k!r} (first on line {seen[k]})", field="id")
+        except RecordError as e:
+            reject(RecordError(e.message, source=src, line=lineno, field=e.field))
+            continue
+        if k is not None:
+            seen[k] = lineno
+        out.append(item)
+        if limit is not None and len(out) >= limit:
+            return out
+    while bad_json:
+        reject(bad_json.pop(0))
+    return out
 
 
 def read_jsonl(path: str | os.PathLike) -> list[Trajectory]:

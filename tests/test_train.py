@@ -154,9 +154,10 @@ def test_accelerate_launch_with_two_processes(tiny_backbone, synthetic_files, tr
     assert len(engine.score([(rec.question, rec.steps)])[0]) == len(rec.steps)
 
 
-def test_time_budget_stops_exports_and_leaves_a_resumable_checkpoint(tiny_backbone, synthetic_files, train_overrides, tmp_path):
+@pytest.mark.parametrize("save_steps", [100, 0])  # 0: the pipeline's setting; the budget saves the checkpoint anyway
+def test_time_budget_stops_exports_and_leaves_a_resumable_checkpoint(save_steps, tiny_backbone, synthetic_files, train_overrides, tmp_path):
     out = tmp_path / "budget"
-    over = {"train.max_steps": 3, "train.save_steps": 100, "data.limit": 8}
+    over = {"train.max_steps": 3, "train.save_steps": save_steps, "data.limit": 8}
     first = train(load_config(TrainJobConfig, None, train_overrides(tiny_backbone, synthetic_files, out, **over, **{"train.max_minutes": 1e-6})))
     assert first["steps"] == 1 and (out / SIDECAR_NAME).is_file()  # stopped after one step, still exported
     assert (out / "checkpoints" / "step-1" / "trainer_state.json").is_file()

@@ -3,6 +3,8 @@
 Originals are kept with every step labelled good. Each variant goes wrong at one real step (label
 0), keeps the steps before it (1) and carries the wrong value through the rest, which stay
 unsupervised (null): after a first error nothing is known about a step, as in ProcessBench.
+Bare-answer negatives teach that a right answer no step derives is a guess: the final answer alone
+("The answer is 72.", label 0), and a solution cut short that jumps to it (kept steps 1, answer 0).
 Output: `train.jsonl` and `dev.jsonl` (dev = whole questions held out) and `summary.json`.
 """
 
@@ -18,7 +20,7 @@ from typing import Any, Iterable
 
 from ..atomic import write_json
 from ..records import RecordError, Trajectory, iter_jsonl, split_by_question, write_jsonl
-from .perturb import KINDS, NUMBER, Perturber, mark_statements
+from .perturb import KINDS, NUMBER, Perturber, mark_statements, num
 
 log = logging.getLogger("prm_distill.data")
 _ANSWER_STYLES = ("The answer is {a}.", "So the answer is {a}.", "Therefore, the final answer is $\\boxed{{{a}}}$.")
@@ -31,6 +33,9 @@ class BuildConfig:
     seed: int = field(default=0, metadata={"help": "Seed of the variant choices and of the dev split."})
     dev_fraction: float = field(default=0.05, metadata={"help": "Share of questions held out (whole questions) as dev.jsonl."})
     limit: int | None = field(default=None, metadata={"help": "Read at most this many input records."})
+    bare_answers: float = field(default=0.5, metadata={"help": (
+        "Share of GSM8K solutions that also yield two bare-answer negatives: the final answer alone as one step (label 0), and the "
+        "solution cut after some of its lines, jumping to the answer (kept lines 1, the answer step 0). 0 turns them off.")})
 
     def __post_init__(self) -> None:
         bad = [k for k in self.kinds if k not in KINDS]
@@ -40,6 +45,8 @@ class BuildConfig:
             raise ValueError("variants must be >= 0")
         if not 0.0 <= self.dev_fraction < 1.0:
             raise ValueError("dev_fraction must be in [0, 1)")
+        if not 0.0 <= self.bare_answers <= 1.0:
+            raise ValueError(f"bare_answers must be in [0, 1], got {self.bare_answers}")
 
 
 @dataclass
@@ -133,6 +140,35 @@ def variants_of(src: Source, cfg: BuildConfig, rng: random.Random, counts: Count
     return out
 
 
+def bare_answers_of(src: Source, cfg: BuildConfig, counts: Counter) -> list[Trajectory]:
+    """The bare-answer negatives of one GSM8K solution (chosen with a generator of their own, so the
+    variants stay the same with or without them): `bare_answer` (the answer alone) and `skipped_steps`
+    (the first k of L >= 2 reasoning lines, then the answer, where no kept line states the answer)."""
+    answer = src.metadata.get("answer")
+    if answer is None or cfg.bare_answers <= 0:
+        return []
+    rng = random.Random(f"{cfg.seed}:bare:{src.id}")
+    if rng.random() >= cfg.bare_answers:
+        return []
+    meta = {**src.metadata}
+    out = [Trajectory(id=f"{src.id}-bare_answer", question=src.question, steps=[rng.choice(_ANSWER_STYLES).format(a=answer)],
+                      labels=[0.0], outcome=None, metadata={**meta, "kind": "bare_answer", "error_step": 0})]
+    counts["bare_answer.made"] += 1
+    steps = [_strip_marks(x).strip() for x in src.lines[:-1]]
+    gold = num(answer)
+    cuts = [k for k in range(1, len(steps)) if not any(num(m.group(1)) == gold for s in steps[:k] for m in NUMBER.finditer(s))]
+    if not cuts:
+        counts["skipped_steps.skipped"] += 1
+        return out
+    k = rng.choice(cuts)
+    labels: list[float | None] = [1.0] * (k + 1)
+    labels[k] = 0.0
+    out.append(Trajectory(id=f"{src.id}-skipped_steps", question=src.question, steps=steps[:k] + [rng.choice(_ANSWER_STYLES).format(a=answer)],
+                          labels=labels, outcome=None, metadata={**meta, "kind": "skipped_steps", "error_step": k, "kept_lines": k}))
+    counts["skipped_steps.made"] += 1
+    return out
+
+
 def _build(sources: Iterable[Source], extra: list[Trajectory], out_dir: str | Path, cfg: BuildConfig, skipped: list[str], origin: str) -> dict:
     rng = random.Random(cfg.seed)
     counts: Counter = Counter()
@@ -141,6 +177,7 @@ def _build(sources: Iterable[Source], extra: list[Trajectory], out_dir: str | Pa
     for src in sources:
         n_sources += 1
         records += variants_of(src, cfg, rng, counts)
+        records += bare_answers_of(src, cfg, counts)
     for s in skipped[:20]:
         log.warning("skipped %s", s)
     if len(skipped) > 20:
@@ -160,13 +197,14 @@ def _build(sources: Iterable[Source], extra: list[Trajectory], out_dir: str | Pa
         "records": len(records),
         "originals": sum(r.metadata.get("kind") == "original" for r in records),
         "variants": kinds,
+        "bare_answers": {k: {"made": counts[f"{k}.made"], "skipped": counts[f"{k}.skipped"]} for k in ("bare_answer", "skipped_steps")},
         "extra_records": len(extra),
         "labels": dict(label_counts),
         "unsupervised_steps": sum(lab is None for r in records for lab in (r.labels or [])),
         "train_records": len(train),
         "dev_records": len(dev),
         "dev_questions": len({r.question for r in dev}),
-        "config": {"variants": cfg.variants, "kinds": cfg.kinds, "seed": cfg.seed, "dev_fraction": cfg.dev_fraction},
+        "config": {"variants": cfg.variants, "kinds": cfg.kinds, "seed": cfg.seed, "dev_fraction": cfg.dev_fraction, "bare_answers": cfg.bare_answers},
     }
     write_json(out / "summary.json", summary)
     return summary

@@ -10,13 +10,16 @@ from .perturb import KINDS
 
 def _config(args: argparse.Namespace) -> BuildConfig:
     return BuildConfig(variants=args.variants, kinds=args.kinds.split(",") if args.kinds else list(KINDS), seed=args.seed,
-                       dev_fraction=args.dev_fraction, limit=args.limit)
+                       dev_fraction=args.dev_fraction, limit=args.limit, bare_answers=args.bare_answers)
 
 
 def _print(summary: dict, output: str) -> None:
     kinds = ", ".join(f"{k} {v['made']} made / {v['skipped']} skipped" for k, v in summary["variants"].items())
     print(f"{summary['solutions']} solutions ({summary['skipped_lines']} input lines skipped) -> {summary['records']} records "
           f"({summary['originals']} originals, {summary['extra_records']} given); variants: {kinds}")
+    bare = summary.get("bare_answers") or {}
+    if any(v["made"] for v in bare.values()):
+        print("bare-answer negatives: " + ", ".join(f"{k} {v['made']} made / {v['skipped']} skipped" for k, v in bare.items()))
     print(f"train {summary['train_records']}, dev {summary['dev_records']} ({summary['dev_questions']} questions) -> "
           f"{output}/train.jsonl, {output}/dev.jsonl, {output}/summary.json")
 
@@ -48,6 +51,9 @@ def add_data_parser(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dev-fraction", type=float, default=BuildConfig.dev_fraction, help="share of questions held out as dev (default %(default)s)")
     p.add_argument("--limit", type=int, help="read at most N solutions")
+    p.add_argument("--bare-answers", type=float, default=BuildConfig.bare_answers,
+                   help="gsm8k: share of solutions that also yield a bare-answer record and a jump-to-the-answer record, "
+                        "answer step 0 (default %(default)s; 0 = off)")
     p.add_argument("--format", default="jsonl", choices=("jsonl", "processbench", "prmbench"), help="format of --input for 'steps'")
     p.add_argument("--originals-only", action="store_true", help="prmbench/steps: write only the originals and their variants, not the given labelled records")
     p.set_defaults(func=cmd_data)

@@ -16,6 +16,10 @@ import re
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
+from ..verify import NotComputable, evaluate  # the one arithmetic evaluator
+
+__all__ = ["KINDS", "NotComputable", "Perturber", "evaluate", "fmt", "mark_statements", "num"]
+
 KINDS = ("miscalculation", "wrong_quantity", "wrong_operation", "misread_relation", "dropped_term")
 
 ANNOTATION = re.compile(r"<<([^<>=]+)=([^<>]+)>>")
@@ -24,34 +28,6 @@ _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 _VISIBLE_OPS = {"+": r"\+", "-": r"(?<=[\d\s$)])-(?=[\s\d$(])", "*": r"[*x×]", "/": r"[/÷]"}
 _SWAP = {"+": "-", "-": "+", "*": "/", "/": "*"}
 _EXPR_OP = re.compile(r"(?<=[\d)\s])[-+*/](?=[\s\d(.])")
-
-
-class NotComputable(ValueError):
-    """An expression outside + - * / on numbers (or a division by zero)."""
-
-
-def evaluate(expr: str) -> Fraction:
-    """Exact value of an arithmetic expression (+ - * / and parentheses), or NotComputable."""
-    try:
-        node = ast.parse(expr.replace("x", "*").replace("×", "*").replace("÷", "/").replace(",", ""), mode="eval").body
-    except SyntaxError:
-        raise NotComputable(expr) from None
-    return _value(node)
-
-
-def _value(node: ast.AST) -> Fraction:
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
-        return Fraction(str(node.value))
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        v = _value(node.operand)
-        return -v if isinstance(node.op, ast.USub) else v
-    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-        a, b = _value(node.left), _value(node.right)
-        op = _BINOPS[type(node.op)]
-        if op == "/" and b == 0:
-            raise NotComputable("division by zero")
-        return {"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else a}[op]
-    raise NotComputable(ast.dump(node))
 
 
 def num(text: str) -> Fraction:

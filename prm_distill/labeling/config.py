@@ -9,16 +9,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..generate import DEFAULT_INSTRUCTION
+from ..generate import BACKENDS as POLICY_BACKENDS, DEFAULT_INSTRUCTION, PolicyConfig
 from ..steps import SplitConfig
 
 MODES = ("prefix", "trajectory", "first_error")
-BACKENDS = ("openai", "local", "vllm", "montecarlo")
-POLICY_BACKENDS = ("auto", "transformers", "vllm", "openai")
+BACKENDS = ("openai", "local", "vllm", "montecarlo", "reference")
+MC_SEARCHES = ("all", "binary")
 ESTIMATES = ("soft", "hard")
 CONSENSUS_RULES = ("step", "first_error")
 CONSENSUS_VALUES = ("hard", "montecarlo", "judge", "mean")
 VERDICTS = ("free", "constrained")
+NAME_REFERENCE = "reference"
 ANCHOR_RULES = ("drop_wrong_all_good", "zero_last_step_if_wrong")
 
 
@@ -26,7 +27,7 @@ ANCHOR_RULES = ("drop_wrong_all_good", "zero_last_step_if_wrong")
 class JudgeConfig:
     """One LLM judge: where it runs and how it samples."""
 
-    backend: str = field(default="openai", metadata={"help": "openai (any OpenAI-compatible /v1 endpoint: vLLM, SGLang, llama.cpp, hosted) | local (in-process transformers) | vllm (offline vllm.LLM batch generation) | montecarlo (Math-Shepherd: n completions of each step prefix from judge.policy; the label is the share (soft) or any (hard) that reach the gold answer; needs an `answer` on every rollout)."})
+    backend: str = field(default="openai", metadata={"help": "openai (any OpenAI-compatible /v1 endpoint: vLLM, SGLang, llama.cpp, hosted) | local (in-process transformers) | vllm (offline vllm.LLM batch generation) | montecarlo (Math-Shepherd: n completions of each step prefix from judge.policy; the label is the share (soft) or any (hard) that reach the gold answer; needs an `answer` on every rollout) | reference (a rule, no model: the first step deriving a value unsupported by the gold worked solution `reference` is 0 on a wrong answer; needs `reference` and `answer` on every rollout)."})
     name: str = field(default="", metadata={"help": "Name in reports and the response cache; empty = backend:model."})
     base_url: str = field(default="http://127.0.0.1:8000/v1", metadata={"help": "OpenAI-compatible base URL ending in /v1 (backend=openai)."})
     model: str = field(default="smollm2", metadata={"help": "Model name sent to the endpoint (openai), or backbone name/folder for local and vllm ('smollm2' = the embedded SmolLM2-135M-Instruct)."})
@@ -44,6 +45,7 @@ class JudgeConfig:
     policy_backend: str = field(default="auto", metadata={"help": "montecarlo: auto (vllm when importable, else transformers) | transformers | vllm | openai (base_url; the server must support continue_final_message, as vLLM and SGLang do)."})
     n: int = field(default=8, metadata={"help": "montecarlo: completions per step prefix (the votes of this judge; `votes` is ignored for it)."})
     estimate: str = field(default="soft", metadata={"help": "montecarlo: soft (share of completions reaching the gold answer) | hard (1 if any does, else 0)."})
+    mc_search: str = field(default="all", metadata={"help": "montecarlo: all (sample every step prefix) | binary (OmegaPRM: on a rollout whose answer is wrong, binary-search the first prefix from which no completion reaches the gold answer, ceil(log2(steps)) prefixes instead of steps - 1; steps before it carry the estimate of the next sampled prefix, it 0, later steps null; a rollout whose answer is right samples nothing and is all 1)."})
     vllm: dict[str, Any] = field(default_factory=dict, metadata={"help": "backend=vllm (and montecarlo with policy_backend=vllm): extra vllm.LLM(...) arguments, e.g. {tensor_parallel_size: 2, data_parallel_size: 2}."})
     instruction: str = field(default=DEFAULT_INSTRUCTION, metadata={"help": "montecarlo: text after the question in the policy's prompt (keep it equal to the rollout's)."})
     verdict: str = field(default="free", metadata={"help": "local backend: free (generate a reason, then a score) | constrained (no reason: sample the verdict from the model's probabilities of the allowed answers, e.g. 'Score: 0|0.5|1'; always valid and much faster, prefix and first_error modes only)."})
@@ -63,19 +65,39 @@ class JudgeConfig:
             raise ValueError(f"judge.estimate must be one of {ESTIMATES}, got {self.estimate!r}")
         if self.n < 1:
             raise ValueError("judge.n >= 1 is required")
+        if self.mc_search not in MC_SEARCHES:
+            raise ValueError(f"judge.mc_search must be one of {MC_SEARCHES}, got {self.mc_search!r}")
         if self.verdict == "constrained" and self.backend != "local":
             raise ValueError("judge.verdict=constrained needs judge.backend=local (it reads the model's probabilities)")
         if not self.name:
-            self.name = f"{self.backend}:{self.policy if self.montecarlo else self.model}"
+            self.name = NAME_REFERENCE if self.reference else f"{self.backend}:{self.policy if self.montecarlo else self.model}"
 
     @property
     def montecarlo(self) -> bool:
         return self.backend == "montecarlo"
 
     @property
+    def reference(self) -> bool:
+        """The rule-based reference-guided judge: no requests, one vote per step it labels."""
+        return self.backend == "reference"
+
+    @property
     def votes_per_step(self) -> int | None:
         """Requests per step for a Monte-Carlo judge (n), None for an LLM judge (the job's `votes`)."""
         return self.n if self.montecarlo else None
+
+    def policy_config(self) -> PolicyConfig:
+        """The policy this judge samples from: the one mapping of the flat `judge.*` keys onto a
+        `PolicyConfig` (local = transformers, vllm, openai; montecarlo: `policy` on `policy_backend`)."""
+        backend = {"local": "transformers", "vllm": "vllm", "openai": "openai"}.get(self.backend, self.policy_backend)
+        return PolicyConfig(policy=self.policy if self.montecarlo else self.model, backend=backend, base_url=self.base_url,
+                            api_key_env=self.api_key_env, device=self.device, batch_size=self.batch_size, concurrency=self.concurrency,
+                            timeout_s=self.timeout_s, max_retries=self.max_retries, backoff_s=self.backoff_s,
+                            instruction=self.instruction, vllm=dict(self.vllm))
+
+    def step_votes(self, votes: int) -> int:
+        """Most votes this judge casts on one step: one estimate (Monte-Carlo), one rule verdict (reference), else `votes`."""
+        return 1 if self.montecarlo or self.reference else votes
 
 
 @dataclass

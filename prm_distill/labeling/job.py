@@ -11,55 +11,40 @@ written to `summary.json`.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import signal
 import time
 from pathlib import Path
 from typing import Any
 
+from .. import stop as stopping
 from ..atomic import write_json
-from ..records import RecordError, Trajectory, steps_of, write_jsonl
+from ..jobfiles import Shards, check_job
+from ..records import RecordError, Trajectory, read_inputs, steps_of, write_jsonl
 from .cache import ResponseCache
 from .config import LabelJobConfig
 from .judges import Completion, make_judge
+from .judges.reference import check_reference
 from .labeler import Labeler, rollout_of
-from .montecarlo import check_gold
+from .montecarlo import check_gold, requests_per_record
 from .prompts import prompt_version
 from .summary import summarize
 
 log = logging.getLogger("prm_distill.labeling")
 LABELS = "labels.jsonl"
+SHARD_STEM = "labels"  # shards labels-NNNNN.jsonl, merged into labels.jsonl (`jobfiles.Shards`)
 
 
 def read_rollouts(path: str, cfg: LabelJobConfig) -> tuple[list[Trajectory], list[dict[str, Any]]]:
-    """(valid rollouts, skipped lines as {line, error}). A bad line is reported and skipped, not fatal."""
+    """(valid rollouts, skipped lines as {line, error}). A bad line is reported and skipped, not fatal
+    (`records.read_inputs`' policy); a rollout needs an id, the key a rerun resumes by."""
     if not Path(path).is_file():
         raise FileNotFoundError(f"rollouts file not found: {path!r} (set input=...)")
-    good: list[Trajectory] = []
     skipped: list[dict[str, Any]] = []
-    seen: dict[str, int] = {}
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                good.append(_rollout(line, cfg, seen, lineno))
-            except RecordError as e:
-                log.warning("%s:%d: skipped: %s", path, lineno, e)
-                skipped.append({"line": lineno, "error": str(e)})
-            if cfg.limit is not None and len(good) >= cfg.limit:
-                break
+    good = read_inputs(path, lambda obj, line: _rollout(obj, cfg), key=lambda r: r.id, skipped=skipped, limit=cfg.limit)
     return good, skipped
 
 
-def _rollout(line: str, cfg: LabelJobConfig, seen: dict[str, int], lineno: int) -> Trajectory:
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise RecordError(f"invalid JSON ({e.msg} at column {e.colno})") from None
-    if not isinstance(obj, dict):
-        raise RecordError("expected a JSON object")
+def _rollout(obj: dict[str, Any], cfg: LabelJobConfig) -> Trajectory:
     if obj.get("id") in (None, ""):
         raise RecordError("missing (an id is needed to resume)", field="id")
     steps = steps_of(obj, cfg.split)
@@ -68,28 +53,18 @@ def _rollout(line: str, cfg: LabelJobConfig, seen: dict[str, int], lineno: int) 
         raise RecordError("must be an object", field="metadata")
     if obj.get("answer") is not None:
         meta["answer"] = obj["answer"]
-    r = rollout_of(Trajectory(id=obj["id"], question=obj.get("question"), steps=steps,  # type: ignore[arg-type]  # Trajectory checks it
-                              labels=obj.get("labels"), outcome=obj.get("outcome"), metadata=meta))
-    if r.id in seen:
-        raise RecordError(f"duplicate id {r.id!r} (first on line {seen[r.id]})", field="id")
-    seen[r.id] = lineno
-    return r
+    if obj.get("reference") is not None:  # the gold worked solution (judge.backend=reference)
+        meta["reference"] = obj["reference"]
+    return rollout_of(Trajectory(id=obj["id"], question=obj.get("question"), steps=steps,  # type: ignore[arg-type]  # Trajectory checks it
+                                 labels=obj.get("labels"), outcome=obj.get("outcome"), metadata=meta))
 
 
 def _done(out: Path) -> dict[str, list[Trajectory]]:
     """Records already written, grouped by source rollout id (a record and its hard negatives)."""
     done: dict[str, list[Trajectory]] = {}
-    seen: set[str] = set()
-    for path in [out / LABELS, *sorted(out.glob("labels-*.jsonl"))]:
-        if not path.is_file():
-            continue
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                if line.strip():
-                    r = Trajectory.from_dict(json.loads(line))
-                    if r.id not in seen:  # a crash between merge and shard removal leaves copies
-                        seen.add(r.id)
-                        done.setdefault(r.metadata.get("hard_negative", {}).get("source_id", r.id), []).append(r)
+    for row in Shards(out, SHARD_STEM).rows(key=lambda d: d["id"]):
+        r = Trajectory.from_dict(row)
+        done.setdefault(r.metadata.get("hard_negative", {}).get("source_id", r.id), []).append(r)
     return done
 
 
@@ -97,18 +72,13 @@ def _check_job(out: Path, cfg: LabelJobConfig) -> None:
     """Refuse to mix labels of different modes, prompt versions or judges in one output folder."""
     ident = {"mode": cfg.mode, "prompt_version": prompt_version(cfg.mode), "judges": [j.name for j in cfg.all_judges()],
              "votes": cfg.votes, "verifier": cfg.verifier.active}
-    mc = {j.name: {"n": j.n, "estimate": j.estimate, "temperature": j.temperature, "max_tokens": j.max_tokens} for j in cfg.all_judges() if j.montecarlo}
+    mc = {j.name: {"n": j.n, "estimate": j.estimate, "temperature": j.temperature, "max_tokens": j.max_tokens,
+                   **({"search": j.mc_search} if j.mc_search != "all" else {})} for j in cfg.all_judges() if j.montecarlo}
     if mc:  # keys only when used: folders labelled before these options existed still resume
         ident["montecarlo"] = mc
     if cfg.consensus.enabled:
         ident["consensus"] = {"rule": cfg.consensus.rule, "threshold": cfg.consensus.threshold, "value": cfg.consensus.value}
-    path = out / "job.json"
-    if path.is_file():
-        old = json.loads(path.read_text(encoding="utf-8"))
-        if old != ident:
-            raise ValueError(f"{out} holds labels made with {old}, not {ident}: use a new output folder")
-    else:
-        write_json(path, ident)
+    check_job(out / "job.json", ident)
 
 
 class _Progress:
@@ -128,21 +98,13 @@ class _Progress:
 async def _label_all(cfg: LabelJobConfig, todo: list[Trajectory], out: Path, first_shard: int, labeler: Labeler) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        try:
-            loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals here
-            pass
-    try:
-        for n, start in enumerate(range(0, len(todo), cfg.shard_size)):
-            labelled = await labeler.label(todo[start : start + cfg.shard_size], stop)
-            write_jsonl(labelled, out / f"labels-{first_shard + n:05d}.jsonl")
+    try:  # SIGTERM/SIGINT (`prm_distill.stop`): the judges send nothing new, answers in flight are cached, then Interrupted
+        with stopping.cooperative(lambda: loop.call_soon_threadsafe(stop.set)):
+            for n, start in enumerate(range(0, len(todo), cfg.shard_size)):
+                labelled = await labeler.label(todo[start : start + cfg.shard_size], stop)
+                write_jsonl(labelled, out / f"labels-{first_shard + n:05d}.jsonl")
+                stopping.check("between shards")
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            try:
-                loop.remove_signal_handler(sig)
-            except (NotImplementedError, RuntimeError, ValueError):
-                pass
         for j in labeler.judges:
             await j.aclose()
 
@@ -155,6 +117,8 @@ def run_label_job(cfg: LabelJobConfig) -> dict[str, Any]:
     rollouts, skipped = read_rollouts(cfg.input, cfg)
     if any(j.montecarlo for j in cfg.all_judges()):
         check_gold(rollouts)  # before any work: a job must not stop halfway on a record without an answer
+    if any(j.reference for j in cfg.all_judges()):
+        check_reference(rollouts)
     out.mkdir(parents=True, exist_ok=True)
     _check_job(out, cfg)
     done = _done(out)
@@ -162,10 +126,10 @@ def run_label_job(cfg: LabelJobConfig) -> dict[str, Any]:
     log.info("%d rollouts (%d skipped lines), %d already labelled, %d to label", len(rollouts), len(skipped), len(rollouts) - len(todo), len(todo))
     cache = ResponseCache(out / "cache" / "responses.jsonl")
     try:
-        total = sum((len(r.steps) - 1) * j.n if j.montecarlo else len(r.steps) * cfg.votes for r in todo for j in cfg.all_judges())
+        total = sum(requests_per_record(len(r.steps), j, cfg.votes) for r in todo for j in cfg.all_judges())
         progress = _Progress(total, cfg.progress and bool(todo) and bool(cfg.all_judges()))
         labeler = Labeler(cfg, [make_judge(j) for j in cfg.all_judges()] if todo else [], cache, progress)
-        first_shard = 1 + max((int(p.stem.split("-")[1]) for p in out.glob("labels-*.jsonl")), default=-1)
+        first_shard = Shards(out, SHARD_STEM).next_index()
         try:
             if todo:
                 asyncio.run(_label_all(cfg, todo, out, first_shard, labeler))
@@ -176,9 +140,7 @@ def run_label_job(cfg: LabelJobConfig) -> dict[str, Any]:
     done = _done(out)
     order = {r.id: i for i, r in enumerate(rollouts)}
     records = [r for rid in sorted(done, key=lambda i: order.get(i, len(order))) for r in done[rid]]
-    write_jsonl(records, out / LABELS)
-    for shard in out.glob("labels-*.jsonl"):
-        shard.unlink()
+    Shards(out, SHARD_STEM).merge(r.to_dict() for r in records)
     summary = summarize(records, labeler.stats, skipped, time.perf_counter() - t0)
     write_json(out / "summary.json", summary)
     return summary

@@ -12,15 +12,16 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..records import Trajectory
+from .anchor import anchor
 from .cache import ResponseCache, cache_key
 from .config import JudgeConfig, LabelJobConfig
 from .judges import arithmetic
 from .judges.base import Completion, Interrupted, Judge, JudgeUnavailable, Request
-from .montecarlo import VERSION as MC_VERSION, check_gold, consensus, continuation_prompts, estimate, reaches_gold
+from .judges.reference import VERSION as REF_VERSION, check_reference, label_record
+from .montecarlo import VERSION as MC_VERSION, binary_labels, check_gold, consensus, continuation_prompts, estimate, next_prefix, reaches_gold
 from .negatives import hard_negatives
 from .parse import parse_first_error, parse_score, parse_trajectory
 from .prompts import Prompt, prompt_version, prompts_for
-from .verify import anchor
 from .votes import aggregate_step
 
 
@@ -69,6 +70,10 @@ class RunStats:
     dropped: list[str] = field(default_factory=list)
 
 
+def _binary(jc: JudgeConfig) -> bool:
+    return jc.montecarlo and jc.mc_search == "binary"
+
+
 class Labeler:
     """Labels batches of trajectories with the configured judges (and verifier)."""
 
@@ -80,7 +85,7 @@ class Labeler:
         self.on_answer = on_answer  # (steps covered, completion) -> progress bar
         # most votes a step can get: `votes` per LLM judge, one estimate per Monte-Carlo judge, the verifier's
         # (the verifier votes only to refute, so it never counts towards the quorum unless it labels alone)
-        per_step = sum(1 if jc.montecarlo else cfg.votes for jc in self.judge_cfgs) + int(cfg.verifier.alone)
+        per_step = sum(jc.step_votes(cfg.votes) for jc in self.judge_cfgs) + int(cfg.verifier.alone)
         self.min_valid = min(cfg.min_valid_votes, per_step)
 
     def _request(self, u: _Unit, attempt: int, n_steps: int) -> Request:
@@ -163,11 +168,13 @@ class Labeler:
         """Labelled copies of `records` (plus hard negatives, minus records dropped by anchoring)."""
         if any(jc.montecarlo for jc in self.judge_cfgs):
             check_gold(records)
+        if any(jc.reference for jc in self.judge_cfgs):
+            check_reference(records)
         units = [
             _Unit(j, ri, p, v, [p.step] if p.step is not None else list(range(len(r.steps))),
                   str(r.metadata["answer"]) if jc.montecarlo else None)
             for ri, r in enumerate(records)
-            for j, jc in enumerate(self.judge_cfgs)
+            for j, jc in enumerate(self.judge_cfgs) if not (jc.reference or _binary(jc))  # the rule sends nothing; a search asks as it goes
             for v in range(jc.votes_per_step or self.cfg.votes)
             for p in (continuation_prompts(r.question, r.steps, jc.instruction) if jc.montecarlo else prompts_for(self.cfg.mode, r.question, r.steps))
         ]
@@ -177,9 +184,11 @@ class Labeler:
             if not pending:
                 break
             await self._round(pending, records, costs, attempt, stop)
+        searched = await self._search(records, costs, stop)
         out = []
         for ri, r in enumerate(records):
-            labelled = self._finish(r, [u for u in units if u.record == ri], costs[ri])
+            found = {self.judge_cfgs[j].name: ev for (j, i), ev in searched.items() if i == ri}
+            labelled = self._finish(r, [u for u in units if u.record == ri], costs[ri], found)
             if self.cfg.anchor.enabled:
                 labelled, _ = anchor(labelled, self.cfg.anchor)
                 if labelled is None:
@@ -189,13 +198,43 @@ class Labeler:
             out.extend(hard_negatives(labelled, self.cfg.negatives))
         return out
 
-    def _finish(self, r: Trajectory, units: list[_Unit], cost: _Cost) -> Trajectory:
+    async def _search(self, records: list[Trajectory], costs: list[_Cost], stop: asyncio.Event) -> dict[tuple[int, int], dict[int, list[float]]]:
+        """Binary search (judge.mc_search=binary) for each record's first bad prefix: one round per
+        search level, every record of the batch together; (judge, record) -> {prefix: outcomes}.
+        Requests are those the full search would send for the same prefix, so the cache serves both."""
+        found: dict[tuple[int, int], dict[int, list[float]]] = {
+            (j, ri): {} for j, jc in enumerate(self.judge_cfgs) if _binary(jc) for ri in range(len(records))}
+        if not found:
+            return found
+        last_ok = [reaches_gold("\n\n".join(r.steps), r.metadata["answer"]) for r in records]
+        prompts: dict[tuple[int, int], list[Prompt]] = {}
+        while True:
+            units = []
+            for (j, ri), ev in found.items():
+                k = next_prefix(ev, len(records[ri].steps), last_ok[ri])
+                if k is None:
+                    continue
+                jc, r = self.judge_cfgs[j], records[ri]
+                if (j, ri) not in prompts:
+                    prompts[(j, ri)] = list(continuation_prompts(r.question, r.steps, jc.instruction))
+                units += [_Unit(j, ri, prompts[(j, ri)][k], v, [k], str(r.metadata["answer"])) for v in range(jc.n)]
+            if not units:
+                return found
+            await self._round(units, records, costs, 0, stop)
+            for u in units:  # in vote order
+                found[(u.judge, u.record)].setdefault(u.steps[0], []).append(u.got[u.steps[0]])
+
+    def _finish(self, r: Trajectory, units: list[_Unit], cost: _Cost, searched: dict[str, dict[int, list[float]]] | None = None) -> Trajectory:
         names = [jc.name for jc in self.judge_cfgs]
         mc = {jc.name: jc for jc in self.judge_cfgs if jc.montecarlo}
+        ref = [jc.name for jc in self.judge_cfgs if jc.reference]
+        verdict = label_record(r) if ref else None
+        searched = searched or {}
         use_verifier = self.cfg.verifier.active
         voters = names + ([arithmetic.NAME] if use_verifier else [])
         checks = arithmetic.verify_steps(r.steps) if use_verifier else [None] * len(r.steps)
         last_ok = reaches_gold("\n\n".join(r.steps), r.metadata["answer"]) if mc else 0.0  # the complete solution's own answer
+        search = {name: binary_labels(searched[name], len(r.steps), last_ok, mc[name].estimate) for name in searched}
         steps = []
         mc_raw: dict[str, dict[str, list[int]]] = {name: {"correct": [], "completions": []} for name in mc}
         for k in range(len(r.steps)):
@@ -204,11 +243,16 @@ class Labeler:
                 if k in u.got:
                     by_judge[names[u.judge]].append(u.got[k])
             for name, jc in mc.items():  # a Monte-Carlo judge casts one vote per step: its estimate
+                if name in search:
+                    by_judge[name] = list(searched[name].get(k, []))
                 outcomes = by_judge[name] if k < len(r.steps) - 1 else [last_ok]
                 mc_raw[name]["correct"].append(int(sum(outcomes)))
                 mc_raw[name]["completions"].append(len(outcomes) if k < len(r.steps) - 1 else 0)
-                est = estimate(outcomes, jc.estimate)
+                est = search[name][0][k] if name in search else estimate(outcomes, jc.estimate)
                 by_judge[name] = [] if est is None else [est]
+            for name in ref:  # the rule casts one vote on each step it labels
+                lab = verdict.labels[k]  # type: ignore[union-attr]
+                by_judge[name] = [] if lab is None else [lab]
             # the verifier refutes and never confirms: true arithmetic proves nothing about the step (a wrong
             # operand or operation can be computed correctly), so it gets no vote; alone it is the only labeler
             check = checks[k]
@@ -217,9 +261,10 @@ class Labeler:
             veto = self.cfg.verifier.veto and check == 0.0
             steps.append(aggregate_step(by_judge, self.min_valid, veto))
         agreed = self._consensus(steps, mc) if self.cfg.consensus.enabled else None
+        only = "montecarlo" if names and len(mc) == len(names) else "reference" if names and len(ref) == len(names) else None
         judge: dict[str, Any] = {
-            "mode": "montecarlo" if names and len(mc) == len(names) else (self.cfg.mode if names else "verifier"),
-            "prompt_version": (MC_VERSION if len(mc) == len(names) else prompt_version(self.cfg.mode)) if names else None,
+            "mode": only or (self.cfg.mode if names else "verifier"),
+            "prompt_version": {"montecarlo": MC_VERSION, "reference": REF_VERSION}.get(only or "", prompt_version(self.cfg.mode)) if names else None,
             "judges": voters,
             "votes_per_judge": self.cfg.votes,
             "min_valid_votes": self.min_valid,
@@ -232,6 +277,10 @@ class Labeler:
         }
         if mc:
             judge["montecarlo"] = {name: {"n": jc.n, "estimate": jc.estimate, **mc_raw[name]} for name, jc in mc.items()}
+            for name, (_, e) in search.items():
+                judge["montecarlo"][name] |= {"search": "binary", "prefixes_sampled": len(searched[name]), "first_error": e}
+        if verdict is not None:
+            judge["reference"] = verdict.as_dict()
         if agreed is not None:
             judge["consensus"] = {k: v for k, v in agreed.items() if k != "labels"}
         labels = [st.label for st in steps] if agreed is None else [0.0 if st.vetoed else lab for st, lab in zip(steps, agreed["labels"])]
@@ -244,7 +293,7 @@ class Labeler:
         cc = self.cfg.consensus
         (mc_name,) = mc
         llm = [jc.name for jc in self.judge_cfgs if not jc.montecarlo]
-        need = min(self.cfg.min_valid_votes, self.cfg.votes * len(llm))
+        need = min(self.cfg.min_valid_votes, sum(jc.step_votes(self.cfg.votes) for jc in self.judge_cfgs if not jc.montecarlo))
         mc_labels, judge_labels = [], []
         for st in steps:
             est = st.by_judge.get(mc_name) or []

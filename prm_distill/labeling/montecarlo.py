@@ -5,17 +5,20 @@ the gold answer: the label is the share of n completions that do (soft) or wheth
 The last step needs no sampling: the solution is complete, so its label is whether its own final
 answer is right. This costs n generations per step but no judge, and it sees what a judge cannot
 (whether the path still leads somewhere); it also credits lucky recoveries, which is why the Qwen
-PRM recipe keeps only the labels on which it and an LLM judge agree.
+PRM recipe keeps only the labels on which it and an LLM judge agree. With `judge.mc_search=binary`
+(OmegaPRM) only the prefixes a binary search for the first bad one needs are sampled.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from ..answers import is_correct
 from ..generate import problem_messages
 from ..records import Trajectory
+from .config import JudgeConfig
 from .prompts import Prompt
 
 VERSION = "montecarlo.v1"
@@ -64,6 +67,67 @@ def estimate(votes: list[float], how: str) -> float | None:
     if not votes:
         return None
     return max(votes) if how == "hard" else sum(votes) / len(votes)
+
+
+def reached(outcomes: list[float]) -> bool:
+    """A prefix is good for the binary search when some completion from it reached the gold answer (OmegaPRM: MC > 0)."""
+    return any(o > 0 for o in outcomes)
+
+
+def _bisect(evaluated: dict[int, list[float]], n_steps: int) -> tuple[int, int | None]:
+    """Replay the search over step prefixes 0..n_steps-1 (the last, the whole wrong solution, is known
+    bad): (first bad prefix so far, the prefix to sample next or None when the search is over)."""
+    lo, hi = 0, n_steps - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if mid not in evaluated:
+            return lo, mid
+        if reached(evaluated[mid]):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo, None
+
+
+def next_prefix(evaluated: dict[int, list[float]], n_steps: int, last_ok: float) -> int | None:
+    """The step prefix the binary search samples next (its completions decide the half to keep), None
+    when it is over. A rollout whose own answer is right is not searched: it reaches the gold answer.
+
+    Stateless: the search is replayed from the outcomes so far, so a resumed job (outcomes from the
+    response cache) asks for exactly the prefixes a fresh one would."""
+    if last_ok:
+        return None
+    return _bisect(evaluated, n_steps)[1]
+
+
+def binary_labels(evaluated: dict[int, list[float]], n_steps: int, last_ok: float, how: str) -> tuple[list[float | None], int | None]:
+    """(labels, first error) of a finished binary search (OmegaPRM). A right answer: every step 1,
+    no error. A wrong one: the first bad prefix e is 0, later steps unsupervised, a sampled step
+    before e keeps its estimate and a skipped one takes the estimate of the next sampled step (MC
+    values fall along a path, so that is a lower bound; e - 1 is always sampled when e > 0)."""
+    if last_ok:
+        return [1.0] * n_steps, None
+    e, pending = _bisect(evaluated, n_steps)
+    if pending is not None:
+        raise ValueError(f"binary search unfinished: prefix {pending} not sampled")
+    labels: list[float | None] = [0.0 if k == e else None for k in range(n_steps)]
+    carry: float | None = None
+    for k in range(e - 1, -1, -1):
+        if k in evaluated:
+            carry = estimate(evaluated[k], how)
+        labels[k] = carry
+    return labels, e
+
+
+def requests_per_record(n_steps: int, jc: JudgeConfig, votes: int) -> int:
+    """Most requests a judge sends for one record (the progress bar's total): n per sampled prefix for
+    Monte-Carlo (ceil(log2(steps)) prefixes at most in a binary search), none for the reference rule."""
+    if jc.reference:
+        return 0
+    if not jc.montecarlo:
+        return n_steps * votes
+    prefixes = max(n_steps - 1, 0) if jc.mc_search == "all" else math.ceil(math.log2(n_steps)) if n_steps > 1 else 0
+    return prefixes * jc.n
 
 
 def first_error(labels: list[float | None], threshold: float) -> int | None:
@@ -146,8 +210,9 @@ def montecarlo_stats(records: list[Trajectory]) -> dict[str, Any] | None:
     out: dict[str, Any] = {}
     for r in records:
         for name, d in ((r.judge or {}).get("montecarlo") or {}).items():
-            o = out.setdefault(name, {"completions": 0, "reached_gold": 0})
+            o = out.setdefault(name, {"completions": 0, "reached_gold": 0, "prefixes_sampled": 0})
             o["completions"] += sum(d["completions"])
+            o["prefixes_sampled"] += sum(1 for n in d["completions"] if n)
             o["reached_gold"] += sum(c for c, n in zip(d["correct"], d["completions"]) if n)
     for o in out.values():
         o["share_reaching_gold"] = round(o["reached_gold"] / o["completions"], 4) if o["completions"] else None

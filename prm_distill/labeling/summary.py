@@ -27,6 +27,16 @@ def _percentile(xs: list[float], q: float) -> float | None:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
+def reference_stats(records: list[Trajectory]) -> dict[str, Any] | None:
+    """The reference rule's verdicts (correct, bare_answer, wrong, no_answer) and the records left
+    unlabelled because their last step states no answer (named, never a silent label)."""
+    verdicts = [(r.id, r.judge["reference"]["verdict"]) for r in records if r.judge and "reference" in r.judge]
+    if not verdicts:
+        return None
+    counts = {v: sum(1 for _, x in verdicts if x == v) for v in ("correct", "bare_answer", "wrong", "no_answer")}
+    return {**counts, "no_answer_ids": [rid for rid, v in verdicts if v == "no_answer"][:100]}
+
+
 def summarize(records: list[Trajectory], stats: RunStats, skipped: list[dict[str, Any]], elapsed_s: float) -> dict[str, Any]:
     judged = [r for r in records if r.judge and "hard_negative" not in r.judge]
     negatives = [r for r in records if r.judge and "hard_negative" in r.judge]
@@ -79,6 +89,7 @@ def summarize(records: list[Trajectory], stats: RunStats, skipped: list[dict[str
         },
         "agreement_with_input_labels": round(sum(ref_hits) / len(ref_hits), 4) if ref_hits else None,
         "montecarlo": montecarlo_stats(judged),
+        "reference": reference_stats(judged),
         "consensus": agreement_matrix(judged),
         "anchor_dropped": len(stats.dropped),
         "skipped_lines": len(skipped),

@@ -1,4 +1,10 @@
-"""Settings of `prm-distill pipeline` (YAML in configs/pipeline.yaml, overridable as section.key=value).
+"""Settings of `prm-distill pipeline`, overridable as section.key=value.
+
+The embedded defaults of the main job are ONE packaged YAML, `defaults.yaml` beside this module
+(`configs/pipeline.yaml` links to it; `importlib.resources` reads it, so a wheel install runs the
+main job too): `load_pipeline_config` starts from it, then merges a --config YAML and the overrides
+key by key. The dataclasses below describe the keys (types, checks, help); their own defaults are
+those of each stage's job, which the packaged YAML sets where the main job differs.
 
 Each stage's section is that stage's own job config (`RolloutConfig`, `LabelJobConfig`,
 `TrainJobConfig`, `RecalibrateConfig`), so a key means the same here as in `prm-distill rollout`,
@@ -9,15 +15,16 @@ the student's backbone from iteration 2 on) are set by the pipeline, whatever th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from importlib.resources import as_file, files
 from pathlib import Path
 
 from ..config import load_config
-from ..generate import PolicyConfig
-from ..labeling.config import AnchorConfig, LabelJobConfig, VerifierConfig
+from ..labeling.config import LabelJobConfig
 from ..recalibrate import RecalibrateConfig
 from ..rollout import RolloutConfig
 from ..train import TrainJobConfig
-from ..train.config import LoraSettings, ModelConfig, TrainSettings
+
+DEFAULTS = "defaults.yaml"  # package data: the main job's embedded defaults
 
 
 @dataclass
@@ -61,22 +68,6 @@ class RLSettings:
     enabled: bool = field(default=True, metadata={"help": "Run the RL scoring stage (the package's trainer_prm.yaml, its DistilledPRMScorer pointed at this iteration's checkpoint, every shaping mode)."})
 
 
-def _rollout_defaults() -> RolloutConfig:
-    return RolloutConfig(problems="embedded:24", k=2, temperature=0.7, max_new_tokens=192,
-                         policy=PolicyConfig(backend="transformers", batch_size=16))
-
-
-def _label_defaults() -> LabelJobConfig:
-    return LabelJobConfig(verifier=VerifierConfig(alone=True), anchor=AnchorConfig(enabled=True, rules=["drop_wrong_all_good"]))
-
-
-def _train_defaults() -> TrainJobConfig:
-    """The demo's budget: the bottom 16 of SmolLM2's 30 layers, LoRA on the top 8, at most 6 minutes."""
-    return TrainJobConfig(
-        model=ModelConfig(num_layers=16, max_length=256), lora=LoraSettings(top_layers=8),
-        train=TrainSettings(max_steps=250, max_minutes=6, batch_size=8, learning_rate=1e-3, eval_steps=125, save_steps=0, logging_steps=25))
-
-
 @dataclass
 class PipelineConfig:
     """`prm-distill pipeline`: rollout -> label -> train -> eval -> serve -> RL scoring -> recalibrate, resumable."""
@@ -85,9 +76,9 @@ class PipelineConfig:
     root: str = field(default="runs", metadata={"help": "Folder holding the runs."})
     threads: int = field(default=2, metadata={"help": "torch CPU threads for generation, training and scoring (more than the free cores stalls generation on a shared machine)."})
     data: DataSettings = field(default_factory=DataSettings, metadata={"help": "Synthetic training data and the held-out set."})
-    rollout: RolloutConfig = field(default_factory=_rollout_defaults, metadata={"help": "`prm-distill rollout` settings (output is set by the pipeline)."})
-    label: LabelJobConfig = field(default_factory=_label_defaults, metadata={"help": "`prm-distill label` settings (input and output are set by the pipeline)."})
-    train: TrainJobConfig = field(default_factory=_train_defaults, metadata={"help": "`prm-distill train` settings (data files, output_dir and, from iteration 2 on, model.backbone are set by the pipeline)."})
+    rollout: RolloutConfig = field(default_factory=RolloutConfig, metadata={"help": "`prm-distill rollout` settings (output is set by the pipeline)."})
+    label: LabelJobConfig = field(default_factory=LabelJobConfig, metadata={"help": "`prm-distill label` settings (input and output are set by the pipeline)."})
+    train: TrainJobConfig = field(default_factory=TrainJobConfig, metadata={"help": "`prm-distill train` settings (data files, output_dir and, from iteration 2 on, model.backbone are set by the pipeline)."})
     eval: EvalSettings = field(default_factory=EvalSettings, metadata={"help": "Held-out evaluation."})
     serve: ServeSettings = field(default_factory=ServeSettings, metadata={"help": "Serve check."})
     rl: RLSettings = field(default_factory=RLSettings, metadata={"help": "RL scoring through PRMRunner."})
@@ -101,8 +92,14 @@ class PipelineConfig:
             raise ValueError("threads must be >= 1")
 
 
+def embedded_defaults() -> PipelineConfig:
+    """The main job's settings: the packaged `defaults.yaml` over the dataclasses' defaults."""
+    with as_file(files(__package__).joinpath(DEFAULTS)) as path:
+        return load_config(PipelineConfig, path)
+
+
 def load_pipeline_config(path: str | Path | None = None, overrides: list[str] | None = None) -> PipelineConfig:
-    """The embedded defaults, then the YAML, then `section.key=value` overrides, merged key by key:
-    setting one key of a section keeps the pipeline's defaults for the others (the section class's
-    own defaults would bring back, e.g., an LLM judge instead of the verifier)."""
-    return load_config(PipelineConfig, path, overrides, defaults=PipelineConfig())
+    """The embedded defaults (`defaults.yaml`), then the YAML, then `section.key=value` overrides,
+    merged key by key: setting one key of a section keeps the main job's values for the others (the
+    section class's own defaults would bring back, e.g., an LLM judge instead of the verifier)."""
+    return load_config(PipelineConfig, path, overrides, defaults=embedded_defaults())

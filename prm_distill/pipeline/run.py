@@ -4,7 +4,6 @@ current, recording each as it finishes, then the report and a one-screen summary
 from __future__ import annotations
 
 import shutil
-import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -90,27 +89,18 @@ def run_pipeline(cfg: PipelineConfig, iteration: int = 1, policy: Any = None) ->
 
 
 def main(config: str | None, overrides: list[str], iteration: int = 1) -> int:
-    """`prm-distill pipeline`: exit 0, 3 on drift; bad input (2) and an unavailable judge, policy or
-    backend (4) are mapped here, the last line printed is `report: <path>` whenever a report was written."""
-    from ..generate import PolicyUnavailable
-    from ..labeling.judges import Interrupted, JudgeUnavailable
-
+    """`prm-distill pipeline`: exit 0, 3 on drift; an error (bad input 2, an unavailable judge, policy or
+    backend 4, a stop 130) propagates to `cli.main`'s table. The last line printed on stdout is
+    `report: <path>` whenever a report was written, even when a stage failed."""
     cfg = load_pipeline_config(config, overrides)
-    ctx = Context(cfg, iteration)
-    report = ctx.iter_dir / "report.md"
+    report = Context(cfg, iteration).iter_dir / "report.md"
     try:
         result = run_pipeline(cfg, iteration)
-    except (JudgeUnavailable, PolicyUnavailable) as e:
-        print(f"prm-distill pipeline: unavailable: {e}\ncompleted stages are kept; rerun the same command to resume", file=sys.stderr)
-        code = exits.UNAVAILABLE
-    except Interrupted:
-        print("prm-distill pipeline: interrupted; completed stages are kept; rerun the same command to resume", file=sys.stderr)
-        code = exits.INTERRUPTED
-    else:
-        if result.exit_code == exits.DRIFT:
-            print("[pipeline] drift flagged by the recalibration round: re-distillation advised (exit 3)")
-        print(f"report: {result.report}")
-        return result.exit_code
-    if report.is_file():
-        print(f"report: {report}")
-    return code
+    except BaseException:
+        if report.is_file():
+            print(f"report: {report}", flush=True)
+        raise
+    if result.exit_code == exits.DRIFT:
+        print("[pipeline] drift flagged by the recalibration round: re-distillation advised (exit 3)")
+    print(f"report: {result.report}")
+    return result.exit_code

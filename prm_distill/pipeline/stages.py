@@ -1,6 +1,6 @@
 """The pipeline's stages: for each, the config section it is hashed by, the files it reads, and
 what it does in its folder `iter-K/<stage>/`. Each stage calls the package's own job (rollout,
-label, train, eval, the demo's serve check and RL table, recalibrate); nothing is reimplemented here.
+label, train, eval, the serve check and RL table, recalibrate); nothing is reimplemented here.
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ class Context:
     def engine(self) -> Any:
         """The checkpoint's engine, behind a memo so eval's held-out scores are reused by recalibration."""
         if self._engine is None:
-            from ..demo.recalibration import CachedScores
             from ..serve.engine import PRMEngine
+            from .scores import CachedScores
 
             self._engine = CachedScores(PRMEngine.from_checkpoint(self.model_dir))
         return self._engine
@@ -183,7 +183,7 @@ def _eval_run(ctx: Context, out: Path) -> dict[str, Any]:
 # serve: the checkpoint behind the HTTP server, scored by the client, server stopped --------------------------
 
 def _serve_run(ctx: Context, out: Path) -> dict[str, Any]:
-    from ..demo.serving import serve_and_score
+    from .serving import serve_and_score
 
     records = load_records(ctx.heldout)[: ctx.cfg.serve.n_requests]
     text = serve_and_score(str(ctx.model_dir), ctx.engine().engine, records)
@@ -194,7 +194,7 @@ def _serve_run(ctx: Context, out: Path) -> dict[str, Any]:
 # rl: DistilledPRMScorer inside PRMRunner, shaped advantages per mode ------------------------------------------
 
 def _rl_run(ctx: Context, out: Path) -> dict[str, Any]:
-    from ..demo.rl import TRAINER_PRM_CONFIG, shaped_table
+    from .rl import TRAINER_PRM_CONFIG, shaped_table
 
     test = load_records(ctx.heldout)
     picked = [r for r in (next((r for r in test if r.first_error == -1), None), next((r for r in test if r.first_error >= 1), None)) if r]

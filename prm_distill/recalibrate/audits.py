@@ -7,7 +7,7 @@ measure each on labelled held-out data, with the same served scores users get:
 - verbosity: into all-correct trajectories insert redundant steps (a restatement of the step
   before) and filler steps ("Let me double-check this carefully."), before the final step; report
   the change of the original steps' scores, the inserted steps' scores, and the change of each
-  trajectory aggregation (min, mean, product, last). `rewards_padding` is raised when, for either
+  trajectory aggregation (`aggregate.py`'s min, mean, prod, last). `rewards_padding` is raised when, for either
   kind, the mean change of any aggregation is > `padding_tolerance`: padding would raise the reward.
 - position bias: mean score by relative step position on all-correct trajectories and the
   least-squares slope; `position_bias` is raised when the slope is < `position_slope_bound`.
@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from ..aggregate import aggregate_all
 from ..protocol import StepScorer
 from ..records import Trajectory
 from .config import AuditSettings
@@ -38,7 +39,7 @@ FILLERS = (
     "This is an important step, so I will be careful here.",
     "Okay, let me continue step by step.",
 )
-AGGREGATIONS = ("min", "mean", "product", "last")
+AGGREGATIONS = ("min", "mean", "prod", "last")  # of aggregate.AGGREGATIONS: the scores the select commands rank by
 PADDING_KINDS = ("redundant", "filler")
 
 
@@ -48,8 +49,8 @@ def is_all_correct(r: Trajectory) -> bool:
 
 
 def aggregate(scores: Sequence[float]) -> dict[str, float]:
-    s = np.asarray(scores, dtype=float)
-    return {"min": float(s.min()), "mean": float(s.mean()), "product": float(np.prod(s)), "last": float(s[-1])}
+    """The audited aggregations of one trajectory, by the package's one aggregation (`aggregate.py`)."""
+    return aggregate_all(scores, AGGREGATIONS)
 
 
 def restate(step: str) -> str:

@@ -64,7 +64,7 @@ class AuditSettings:
     enabled: bool = field(default=True, metadata={"help": "Run the audits (they reuse the held-out scores; verbosity scores padded copies)."})
     max_trajectories: int = field(default=60, metadata={"help": "All-correct held-out trajectories (seeded sample) the verbosity audit pads and rescores."})
     n_inserted: int = field(default=2, metadata={"help": "Steps inserted into each padded copy (before the final step, at seeded places)."})
-    padding_tolerance: float = field(default=0.01, metadata={"help": "rewards_padding is raised when, for either padding kind, the mean change of any trajectory aggregation (min, mean, product, last) is > this."})
+    padding_tolerance: float = field(default=0.01, metadata={"help": "rewards_padding is raised when, for either padding kind, the mean change of any trajectory aggregation (min, mean, prod, last) is > this."})
     position_bins: int = field(default=5, metadata={"help": "Equal-width bins of relative step position (0 = first step, 1 = last)."})
     position_slope_bound: float = field(default=-0.1, metadata={"help": "position_bias is raised when the least-squares slope of score on relative position (all-correct trajectories) is < this (later steps judged harsher)."})
     self_preference: bool = field(default=True, metadata={"help": "When records carry metadata.generator: mean score per generator on problems answered by several generators."})

@@ -135,8 +135,8 @@ def run_recalibration(
         engine = PRMEngine.from_checkpoint(Path(model), device=device)
     sidecar = read_sidecar(model)  # now, not at engine load: the calibration served at this moment
     current = sidecar.calibration
-    raw_threshold = float(sidecar.threshold) if sidecar.threshold is not None else 0.5
-    threshold = float(cal.apply([raw_threshold], current)[0])
+    raw_threshold = cal.decision_threshold(sidecar.threshold, None)
+    threshold = cal.decision_threshold(sidecar.threshold, current)
 
     serve = Calibrated(engine, current)  # what users are served now
     raw = engine.score([(r.question, r.steps) for r in records])

@@ -9,7 +9,6 @@ pins the sampling settings and the policy version: a folder never mixes two poli
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import zlib
@@ -17,15 +16,18 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from .. import stop as stopping
 from ..answers import extract_answer, is_correct
-from ..atomic import atomic_open, write_json
+from ..atomic import write_json
 from ..generate import Generation, GenRequest, Policy, load_policy, problem_messages, sampling_metadata
+from ..jobfiles import Shards, check_job
 from ..steps import StepSplitError, split_steps
 from .config import RolloutConfig
 from .problems import Problem, load_problems
 
 log = logging.getLogger("prm_distill.rollout")
 ROLLOUTS = "rollouts.jsonl"
+SHARD_STEM = "rollouts"  # shards rollouts-NNNNN.jsonl, merged into rollouts.jsonl (`jobfiles.Shards`)
 
 
 def sample_id(problem_id: str, j: int) -> str:
@@ -44,31 +46,12 @@ def _identity(cfg: RolloutConfig) -> dict[str, Any]:
 
 def _check_job(out: Path, cfg: RolloutConfig, version: str | None) -> None:
     """Refuse to mix samples of different settings (or policy versions, once known) in one folder."""
-    path = out / "job.json"
-    ident = _identity(cfg)
-    old = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
-    if old is not None:
-        old_version = old.pop("policy_version", None)
-        if old != ident:
-            raise ValueError(f"{out} holds rollouts made with {old}, not {ident}: use a new output folder")
-        if version is None or old_version == version:
-            return
-        if old_version is not None:
-            raise ValueError(f"{out} holds rollouts of policy version {old_version}, the policy is now {version}: use a new output folder")
-    write_json(path, {**ident, "policy_version": version})
+    check_job(out / "job.json", {**_identity(cfg), "policy_version": version}, pending=["policy_version"])
 
 
 def _done(out: Path) -> dict[str, dict[str, Any]]:
     """Samples already written (merged file and shards), by sample id; the first copy wins."""
-    done: dict[str, dict[str, Any]] = {}
-    for path in [out / ROLLOUTS, *sorted(out.glob("rollouts-*.jsonl"))]:
-        if path.is_file():
-            with open(path, encoding="utf-8") as f:
-                for line in f:
-                    if line.strip():
-                        rec = json.loads(line)
-                        done.setdefault(rec["id"], rec)
-    return done
+    return {rec["id"]: rec for rec in Shards(out, SHARD_STEM).rows(key=lambda d: d["id"])}
 
 
 def make_record(problem: Problem, j: int, gen: Generation, policy: Policy, cfg: RolloutConfig, seed: int) -> dict[str, Any]:
@@ -90,14 +73,11 @@ def make_record(problem: Problem, j: int, gen: Generation, policy: Policy, cfg: 
         "tokens_in": gen.tokens_in,
         "tokens_out": gen.tokens_out,
     }
-    return {"id": sample_id(problem.id, j), "question": problem.question, "steps": steps, "response": gen.text,
-            "answer": problem.answer, "outcome": None if correct is None else float(correct), "metadata": meta}
-
-
-def _write_shard(records: list[dict[str, Any]], path: Path) -> None:
-    with atomic_open(path) as f:
-        for r in records:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    rec: dict[str, Any] = {"id": sample_id(problem.id, j), "question": problem.question, "steps": steps, "response": gen.text,
+                           "answer": problem.answer, "outcome": None if correct is None else float(correct), "metadata": meta}
+    if problem.reference is not None:  # the gold worked solution, for `prm-distill label judge.backend=reference`
+        rec["reference"] = problem.reference
+    return rec
 
 
 def summarize(records: list[dict[str, Any]], problems: list[Problem], cfg: RolloutConfig, generator: str | None,
@@ -129,7 +109,8 @@ def summarize(records: list[dict[str, Any]], problems: list[Problem], cfg: Rollo
 def run_rollout(cfg: RolloutConfig, policy: Policy | None = None) -> dict[str, Any]:
     """Roll out cfg.problems into cfg.output; returns the summary. A policy may be passed in (tests,
     the pipeline); otherwise it is loaded only when something is left to generate. Raises
-    PolicyUnavailable when a server gives up: completed shards stay and a rerun resumes."""
+    PolicyUnavailable when a server gives up, Interrupted on a stop request (after writing the shard
+    in hand): completed shards stay and a rerun resumes."""
     from tqdm import tqdm
 
     t0 = time.perf_counter()
@@ -147,19 +128,21 @@ def run_rollout(cfg: RolloutConfig, policy: Policy | None = None) -> dict[str, A
         generator, version = policy.name, policy.version
         _check_job(out, cfg, version)
         try:
-            first = 1 + max((int(p.stem.split("-")[1]) for p in out.glob("rollouts-*.jsonl")), default=-1)
+            shards = Shards(out, SHARD_STEM)
+            first = shards.next_index()
             order = {p.id: i for i, p in enumerate(problems)}
             chunks: dict[int, list[tuple[Problem, int]]] = {}
             for p, j in todo:  # shards group whole problems, so a problem's samples are written together
                 chunks.setdefault(order[p.id] // cfg.shard_problems, []).append((p, j))
-            with tqdm(total=len(todo), unit="sample", disable=not cfg.progress, dynamic_ncols=True) as bar:
+            # SIGTERM/SIGINT (`prm_distill.stop`): the shard in hand is finished and written, then Interrupted
+            with stopping.cooperative(), tqdm(total=len(todo), unit="sample", disable=not cfg.progress, dynamic_ncols=True) as bar:
                 for n, items in enumerate(chunks.values()):
+                    stopping.check(f"after {n} new shard(s)")
                     seeds = [sample_seed(cfg.seed, p.id, j) for p, j in items]
                     reqs = [GenRequest(problem_messages(p.question, cfg.policy.instruction), s, cfg.temperature, cfg.max_new_tokens)
                             for (p, _), s in zip(items, seeds)]
                     gens = policy.generate(reqs)
-                    _write_shard([make_record(p, j, g, policy, cfg, s) for (p, j), g, s in zip(items, gens, seeds)],
-                                 out / f"rollouts-{first + n:05d}.jsonl")
+                    shards.write(first + n, [make_record(p, j, g, policy, cfg, s) for (p, j), g, s in zip(items, gens, seeds)])
                     bar.update(len(items))
         finally:
             if own:
@@ -169,9 +152,7 @@ def run_rollout(cfg: RolloutConfig, policy: Policy | None = None) -> dict[str, A
     records = [done[i] for i in ids]
     wanted = set(ids)
     extra = [r for i, r in done.items() if i not in wanted]  # e.g. a rerun with a smaller --limit: kept, never dropped
-    _write_shard(records + extra, out / ROLLOUTS)
-    for shard in out.glob("rollouts-*.jsonl"):
-        shard.unlink()
+    Shards(out, SHARD_STEM).merge(records + extra)
     if records:
         generator = generator or records[0]["metadata"]["generator"]
         version = version or records[0]["metadata"]["policy_version"]

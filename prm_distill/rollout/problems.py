@@ -25,6 +25,7 @@ class Problem:
     id: str
     question: str
     answer: str | None  # the gold final answer (a number or a LaTeX expression), None when unknown
+    reference: str | None = None  # the gold worked solution (GSM8K's `answer` text, a MATH `solution`), for judge.backend=reference
 
 
 def gold_answer(obj: dict[str, Any]) -> str | None:
@@ -45,6 +46,16 @@ def gold_answer(obj: dict[str, Any]) -> str | None:
     return None
 
 
+def worked_solution(obj: dict[str, Any]) -> str | None:
+    """The gold worked solution of a row: a `reference` field, GSM8K's `answer` text (reasoning before
+    '####'), or a MATH-style `solution`; None when the row holds only a final answer."""
+    for key in ("reference", "answer", "solution"):
+        value = obj.get(key)
+        if isinstance(value, str) and (key != "answer" or value.split("####", 1)[0].strip() and "####" in value):
+            return value
+    return None
+
+
 def _problem(obj: Any, default_id: str, where: str) -> Problem:
     if not isinstance(obj, dict):
         raise RecordError(f"{where}: expected a JSON object, got {type(obj).__name__}")
@@ -52,7 +63,7 @@ def _problem(obj: Any, default_id: str, where: str) -> Problem:
     if question is None:
         raise RecordError(f"{where}: no question (one of the fields {', '.join(QUESTION_KEYS)} must be a non-empty string)")
     pid = obj.get("id", obj.get("problem_id", default_id))
-    return Problem(str(pid), question, gold_answer(obj))
+    return Problem(str(pid), question, gold_answer(obj), worked_solution(obj))
 
 
 def _unique(problems: Iterable[Problem], source: str) -> list[Problem]:

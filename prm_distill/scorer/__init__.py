@@ -25,6 +25,8 @@ from prm_distill.scorer.export import PRMExportStats, score_prm_branches
 from prm_distill.scorer.filters import (
     filter_mixed_or_penalized_all_wrong,
     filter_mixed_or_penalized_all_wrong_mask_no_eos,
+    filter_process_consistent,
+    process_consistency_mask,
 )
 from prm_distill.scorer.grpo import (
     aggregate_step_scores,
@@ -38,6 +40,8 @@ from prm_distill.scorer.runner import PRMRejectedError, PRMRunner
 from prm_distill.scorer.shaping import (
     check_shaping_mode,
     fold_turn_rewards,
+    min_form_returns,
+    min_form_step_rewards,
     no_eos_rows,
     shape_advantages,
     shape_advantages_prerolled,
@@ -71,12 +75,16 @@ __all__ = [
     "combine_step_rewards",
     "filter_mixed_or_penalized_all_wrong",
     "filter_mixed_or_penalized_all_wrong_mask_no_eos",
+    "filter_process_consistent",
     "fold_turn_rewards",
     "group_normalize",
     "load_prm_config",
+    "min_form_returns",
+    "min_form_step_rewards",
     "no_eos_rows",
     "order_parents_first",
     "prm_group_advantages",
+    "process_consistency_mask",
     "process_metrics",
     "record_prm_results",
     "score_branches",

@@ -18,7 +18,7 @@ import yaml
 
 from prm_distill.config import ConfigError
 from prm_distill.scorer.contract import BaseScorer
-from prm_distill.scorer.shaping import SHAPING_MODES, check_shaping_mode
+from prm_distill.scorer.shaping import SHAPING_MODES, check_min_form_temperature, check_shaping_mode
 from prm_distill.scorer.types import coerce_enabled, coerce_weight
 
 ERROR_POLICIES = ("reject", "keep_original")
@@ -112,7 +112,9 @@ class PRMAdvantageShapingConfig:
     mode: str = field(
         default="additive",
         metadata={
-            "help": "additive: A + P. gvpo: a negative P marks a failed token. process_weighted: P in [0, 1] weights A."
+            "help": "additive: A + P. gvpo: a negative P marks a failed token. process_weighted: P in [0, 1] weights A. "
+            "min_form: A + the minimum of P over the rest of the row (PURE's min-form credit assignment, which a "
+            "policy cannot raise by adding high-scoring steps; needs a step's value on all its tokens)."
         },
     )
     negative_scale: float = field(
@@ -123,12 +125,23 @@ class PRMAdvantageShapingConfig:
         default=0.4, metadata={"help": "gvpo: a failed token with advantage near zero becomes -zero_penalty."}
     )
     zero_eps: float = field(default=1e-6, metadata={"help": "gvpo: |A| <= zero_eps counts as a zero advantage."})
+    min_form_temperature: float | None = field(
+        default=None,
+        metadata={
+            "help": "min_form: null takes the strict minimum of the future process rewards; a temperature T > 0 "
+            "takes their softmax(-P / T)-weighted mean instead (smooth; T -> 0 is the minimum, large T the mean)."
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.mode not in SHAPING_MODES:
             raise PRMConfigError("mode", f"unknown mode {self.mode!r} (expected {'|'.join(SHAPING_MODES)})")
         for name in ("negative_scale", "zero_penalty", "zero_eps"):
             _check_number(name, getattr(self, name), non_negative=True)
+        try:
+            check_min_form_temperature(self.min_form_temperature)
+        except ValueError as err:
+            raise PRMConfigError("min_form_temperature", str(err).removeprefix("min_form_temperature ")) from None
 
 
 @dataclass
@@ -214,6 +227,10 @@ class PRMConfig:
             return entry
         if isinstance(entry, Mapping):
             return _from_mapping(PRMScorerConfig, entry, f"scorers[{index}]")
+        if hasattr(entry, "path") and hasattr(entry, "kwargs"):
+            # A typed entry of another class with the same fields (AReaL's own PRMScorerConfig).
+            values = {f.name: getattr(entry, f.name) for f in fields(PRMScorerConfig) if hasattr(entry, f.name)}
+            return _from_mapping(PRMScorerConfig, values, f"scorers[{index}]")
         raise PRMConfigError(
             f"scorers[{index}]", f"expected a {{path, weight, enabled, kwargs}} mapping or a BaseScorer, got {entry!r}"
         )

@@ -12,6 +12,7 @@ Options (YAML `kwargs`), with the defaults each shaping mode needs (`for_shaping
 | process_weighted   | `prob`      | `spread`   | P in [0, 1] on every token weights that token's advantage |
 | gvpo               | `fail_only` | `step_end` | a negative P marks the token that closes a failed step   |
 | additive           | `signed`    | `step_end` | a +-1 bonus once per step, not once per token            |
+| min_form           | `signed`    | `spread`   | every token holds its step's 2P-1, so the minimum over the rest of the row is over steps |
 
 `for_shaping_mode` defaults to process_weighted; `PRMRunner.create` refuses a transform the
 configured mode would misread (signed or fail_only under process_weighted, prob under gvpo).
@@ -70,6 +71,7 @@ SHAPING_DEFAULTS: dict[str, tuple[str, str]] = {
     "process_weighted": ("prob", "spread"),
     "gvpo": ("fail_only", "step_end"),
     "additive": ("signed", "step_end"),
+    "min_form": ("signed", "spread"),
 }
 TRANSFORMS = ("prob", "signed", "fail_only")
 PLACEMENTS = ("spread", "step_end")
@@ -195,7 +197,7 @@ class _DistilledPRM:
         )
         calibration.validate(self._calibration_source(), f"{self.name}: checkpoint calibration")
         self._given_threshold = None if threshold is None else float(threshold)
-        self._raw_threshold = sidecar.threshold if sidecar and sidecar.threshold is not None else 0.5
+        self._checkpoint_threshold = sidecar.threshold if sidecar else None
 
     @property
     def threshold(self) -> float:
@@ -203,11 +205,10 @@ class _DistilledPRM:
         return self._threshold_under(self._calibration_source())
 
     def _threshold_under(self, cal: Mapping[str, Any] | None) -> float:
-        # The checkpoint's threshold was chosen on raw dev scores: map it like the scores, so a new
-        # calibration moves scores and threshold together and no decision changes.
+        # The checkpoint's threshold was chosen on raw dev scores: mapped like the scores (the one rule).
         if self._given_threshold is not None:
             return self._given_threshold
-        return float(calibration.apply([self._raw_threshold], cal)[0])
+        return calibration.decision_threshold(self._checkpoint_threshold, cal)
 
     def validate_prm_config(self, config: Any, *, training_enabled: bool) -> None:
         """Refuse a transform whose values the configured shaping mode would misread."""
@@ -218,6 +219,8 @@ class _DistilledPRM:
             problem = "process_weighted needs rewards in [0, 1]"
         elif mode == "gvpo" and self.transform == "prob":
             problem = "gvpo acts only on negative rewards, which prob never gives"
+        elif mode == "min_form" and self.placement != "spread":
+            problem = "min_form takes a minimum over tokens, so the zeros between step ends would count as rewards"
         else:
             return
         raise ValueError(

@@ -44,8 +44,12 @@ class PRMRejectedError(RuntimeError):
     """A scorer returned None: the trajectory must not be trained on."""
 
 
-def import_object(path: str) -> Any:
-    """The object named by a dotted path `package.module.Name` (AReaL's example paths are aliased)."""
+def import_from_string(path: str) -> Any:
+    """The object named by a dotted path `package.module.Name` (AReaL's example paths are aliased).
+
+    AReaL's name for it: the runner resolves every scorer path through this module-level name, so
+    code (and tests) written against AReaL that patch `runner.import_from_string` work unchanged.
+    """
     path = SCORER_PATH_ALIASES.get(path, path)
     module_name, _, attribute = path.rpartition(".")
     if not module_name:
@@ -55,6 +59,10 @@ def import_object(path: str) -> Any:
         return getattr(module, attribute)
     except AttributeError:
         raise ImportError(f"module {module_name!r} has no attribute {attribute!r}") from None
+
+
+# The earlier name, kept for callers; patch `import_from_string`, which is the one the runner calls.
+import_object = import_from_string
 
 
 @dataclass
@@ -132,7 +140,7 @@ class PRMRunner:
                 self._scorers.append(spec)
                 continue
             try:
-                cls = import_object(spec.path)
+                cls = import_from_string(spec.path)
             except ImportError as error:
                 raise ImportError(f"scorers[{index}].path: cannot import {spec.path!r}: {error}") from error
             if not (isinstance(cls, type) and issubclass(cls, BaseScorer)):
@@ -181,7 +189,8 @@ class PRMRunner:
             return []
         totals = [_existing_token_rewards(turn_id, turn) for turn_id, turn in items]
         score_ctx = MappingProxyType({**(ctx or {}), "is_eval": is_eval})
-        per_scorer = self.config.commit_scope == "scorer"
+        # AReaL's own PRMConfig has no commit_scope: its rule, "scorer", applies.
+        per_scorer = getattr(self.config, "commit_scope", "scorer") == "scorer"
         committed: list[PRMTurnResult] = []
         pending: list[_Validated] = []
         for scorer in active:

@@ -15,12 +15,13 @@ from typing import Any, TypeVar
 
 from .. import calibration as calib
 from ..checkpoint import Sidecar
+from ..exits import Unavailable
 from ..protocol import Item, StepScorer, current_calibration
 
 T = TypeVar("T")
 
 
-class ScoringUnavailable(RuntimeError):
+class ScoringUnavailable(Unavailable):
     """The scoring server failed or could not be reached."""
 
 

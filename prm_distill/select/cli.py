@@ -1,39 +1,21 @@
 """`prm-distill rerank | pairs | filter`: each over `--model DIR` (in-process) or `--url URL` (a server).
 
-Exit codes: 0 done; 2 bad arguments or input (`prm-distill`'s usual handling); 4 the scoring server
-failed or could not be reached (what was written stays; rerun the same command to resume).
+Exit codes (`prm-distill`'s one table, `cli.exit_table`): 0 done; 2 bad arguments or input; 4 the scoring
+server failed or could not be reached; 130 interrupted (what was written stays; rerun the same command to resume).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
-import typing
 from pathlib import Path
 from typing import Any
 
-from .backend import ScoringUnavailable, close_scorer, describe, open_scorer
+from ..config import add_options, from_options
+from .backend import close_scorer, describe, open_scorer
 from .filter import FilterConfig, run_filter
 from .pairs import PairsConfig, run_pairs
 from .rerank import RerankConfig, format_table, run_rerank
-
-EXIT_SCORER_UNAVAILABLE = 4
-
-
-def _add_config_options(p: argparse.ArgumentParser, cls: type) -> None:
-    """One option per config field (`--min-margin`, `--conversational`), help from the field."""
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        flag = "--" + f.name.replace("_", "-")
-        if hints[f.name] is bool:
-            p.add_argument(flag, dest=f.name, action="store_true", help=f.metadata["help"])
-        else:
-            p.add_argument(flag, dest=f.name, type=hints[f.name], default=f.default, help=f"{f.metadata['help']} (default: {f.default})")
-
-
-def _config(cls: type, args: argparse.Namespace) -> Any:
-    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})
 
 
 def _common(p: argparse.ArgumentParser, output_help: str) -> None:
@@ -54,25 +36,22 @@ def _print_invalid(command: str, invalid: list[dict[str, Any]], source: str) -> 
 
 
 def cmd_select(args: argparse.Namespace) -> int:
-    """Run one of the three commands; a dead server is exit 4 with the way to resume."""
+    """Run one of the three commands; a dead server is exit 4 with the way to resume (`cli.exit_table`)."""
     scorer = None
+    args.kept = f"what was finished is kept in {args.output}"
     try:
         scorer = open_scorer(args.model, args.url, device=args.device)
         print(f"scoring with {describe(scorer)}")
         if args.command == "rerank":
-            rep = run_rerank(scorer, args.input, args.output, _config(RerankConfig, args), progress=not args.quiet)
+            rep = run_rerank(scorer, args.input, args.output, from_options(RerankConfig, args), progress=not args.quiet)
             _report_rerank(rep)
         elif args.command == "pairs":
-            rep = run_pairs(scorer, args.input, args.output, _config(PairsConfig, args), progress=not args.quiet)
+            rep = run_pairs(scorer, args.input, args.output, from_options(PairsConfig, args), progress=not args.quiet)
             print(f"{rep['trajectory_pairs']} trajectory pairs and {rep['step_pairs']} step pairs from {rep['problems']} problems "
                   f"({len(rep['singleton_problems'])} with one sample, {rep['problems_without_pairs']} without a pair) -> {args.output}")
         else:
-            rep = run_filter(scorer, args.input, args.output, _config(FilterConfig, args), dropped=args.dropped, progress=not args.quiet)
+            rep = run_filter(scorer, args.input, args.output, from_options(FilterConfig, args), dropped=args.dropped, progress=not args.quiet)
             _report_filter(rep)
-    except ScoringUnavailable as e:
-        print(f"prm-distill {args.command}: scoring server unavailable: {e}\nwhat was finished is kept in {args.output}; "
-              "rerun the same command to resume", file=sys.stderr)
-        return EXIT_SCORER_UNAVAILABLE
     finally:
         if scorer is not None:
             close_scorer(scorer)
@@ -115,16 +94,16 @@ def add_select_parsers(sub: Any) -> None:
     """The three subcommands, on `prm-distill`'s subparsers."""
     r = sub.add_parser("rerank", help="best-of-N: pick each problem's best sample by its step scores; accuracy vs majority vote, random, oracle")
     _common(r, "JSONL, one line per problem (chosen sample, every sample's scores); report.json and best_of_n.png go beside it")
-    _add_config_options(r, RerankConfig)
+    add_options(r, RerankConfig)
     r.set_defaults(func=cmd_select)
 
     p = sub.add_parser("pairs", help="DPO preference pairs (trajectory and step level) in TRL's format")
     _common(p, "JSONL of prompt/chosen/rejected rows; <stem>.summary.json and <stem>.progress.jsonl go beside it")
-    _add_config_options(p, PairsConfig)
+    add_options(p, PairsConfig)
     p.set_defaults(func=cmd_select)
 
     f = sub.add_parser("filter", help="SFT filtering: keep records whose every step (or aggregate) clears --min-step")
     _common(f, "JSONL of kept records (with step_scores, prm_score); <stem>.summary.json and <stem>.scores.png go beside it")
     f.add_argument("--dropped", help="JSONL of dropped records with a reason (default: <output stem>.dropped.jsonl)")
-    _add_config_options(f, FilterConfig)
+    add_options(f, FilterConfig)
     f.set_defaults(func=cmd_select)

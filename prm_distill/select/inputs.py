@@ -9,13 +9,12 @@ line, so one broken record does not cost a long scoring run.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import dataclass
 from typing import Any
 
 from ..answers import Answer, extract_answer, same_answer
-from ..records import RecordError, Trajectory, steps_of
+from ..records import RecordError, Trajectory, read_inputs, steps_of
 from ..steps import SplitConfig
 
 
@@ -70,29 +69,9 @@ def parse_record(obj: Any, line: int, split: SplitConfig | None = None) -> Sampl
 
 
 def read_samples(path: str | os.PathLike, split: SplitConfig | None = None) -> tuple[list[Sample], list[dict[str, Any]]]:
-    """(valid samples, invalid lines as {"line", "error"}); a duplicate id is invalid too."""
-    samples: list[Sample] = []
+    """(valid samples, invalid lines as {"line", "error"}); a duplicate id is invalid too (`records.read_inputs`' policy)."""
     invalid: list[dict[str, Any]] = []
-    seen: dict[str, int] = {}
-    with open(path, encoding="utf-8") as f:
-        for line, text in enumerate(f, 1):
-            if not text.strip():
-                continue
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as e:
-                invalid.append({"line": line, "error": f"invalid JSON ({e.msg} at column {e.colno})"})
-                continue
-            try:
-                sample = parse_record(obj, line, split)
-            except RecordError as e:
-                invalid.append({"line": line, "error": str(e)})
-                continue
-            if sample.id in seen:
-                invalid.append({"line": line, "error": f"field 'id': duplicate id {sample.id!r} (first on line {seen[sample.id]})"})
-                continue
-            seen[sample.id] = line
-            samples.append(sample)
+    samples = read_inputs(path, lambda obj, line: parse_record(obj, line, split), key=lambda s: s.id, skipped=invalid)
     return samples, invalid
 
 

@@ -26,11 +26,11 @@ from tqdm import tqdm
 
 from ..aggregate import AGGREGATIONS, aggregate
 from ..atomic import write_json
+from ..jobfiles import AppendLog, check_job
 from ..protocol import StepScorer
 from ..steps import SplitConfig
 from .backend import calibrated
 from .inputs import Sample, group_by_question, read_samples
-from .journal import AppendLog, check_job
 
 LEVELS = ("both", "trajectory", "step")
 

@@ -1,4 +1,4 @@
-"""The FastAPI app of `prm-distill serve`: /v1/score, /v1/model, /health, /metrics.
+"""The FastAPI app of `prm-distill serve`: /v1/score, /get_reward (OpenRLHF), /v1/model, /health, /metrics.
 
 Requests from concurrent clients meet in one `ScoreBatcher`, which runs them through one engine call
 per micro-batch; a trajectory's scores never depend on its batch mates. Bodies are validated by the
@@ -20,16 +20,18 @@ from dataclasses import asdict
 from typing import Any
 
 from .. import calibration
+from ..aggregate import aggregate
 from ..atomic import json_safe
 from ..encoding import EncodingError
 from ..protocol import current_calibration
 from .batcher import BatcherClosedError, BatcherFullError, ScoreBatcher, SyncScoringEngine
 from .config import ServerConfig
-from .requests import RequestError, ScoreItem, invalid, parse_score_request
+from .requests import RequestError, RewardItem, ScoreItem, invalid, parse_reward_request, parse_score_request
 
 log = logging.getLogger("prm_distill.serve.server")
 
 SCORE_PATH = "/v1/score"
+REWARD_PATH = "/get_reward"  # OpenRLHF's remote reward route (`--reward.remote_url`)
 
 
 def authorized(header: str | None, api_key: bytes) -> bool:
@@ -75,6 +77,30 @@ async def _score_all(batcher: ScoreBatcher, items: Sequence[ScoreItem]) -> list[
             raise invalid(f"items[{i}]: {e}") from None
 
     tasks = [asyncio.ensure_future(one(i, item)) for i, item in enumerate(items)]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        raise
+
+
+async def _reward_all(batcher: ScoreBatcher, items: Sequence[RewardItem]) -> list[list[float] | str]:
+    """Per-step scores of every scorable item, or the fallback reason of each that is not.
+
+    Unlike /v1/score, one query's failure to encode costs only that query its score (OpenRLHF
+    sends a whole rollout batch in one request); a full queue or a failed forward pass still fails
+    the request."""
+
+    async def one(item: RewardItem) -> list[float] | str:
+        if item.fallback is not None:
+            return item.fallback
+        try:
+            return await batcher.score(item.question, list(item.steps))
+        except EncodingError:
+            return "encoding"
+
+    tasks = [asyncio.ensure_future(one(item)) for item in items]
     try:
         return list(await asyncio.gather(*tasks))
     except BaseException:
@@ -218,6 +244,61 @@ def create_app(
         timing_ms = round((time.perf_counter() - start) * 1000, 3)
         return answer(SCORE_PATH, 200, {"results": results, "model": state.engine.model_id, "timing_ms": timing_ms,
                                         "calibration_version": calibration.version_of(cal)})
+
+    def check_access(request: Request) -> None:
+        if api_key is not None and not authorized(request.headers.get("authorization"), api_key):
+            raise RequestError(401, "unauthorized", "authorization: missing or wrong API key (send 'Authorization: Bearer KEY')",
+                               {"WWW-Authenticate": "Bearer"})
+        if state.batcher is None:
+            raise not_ready()
+
+    @app.post(REWARD_PATH)
+    async def get_reward(request: Request) -> JSONResponse:
+        """OpenRLHF's remote reward: `{"query", "prompts", "labels"}` -> one aggregated PRM score per query.
+
+        The response is `query` minus its prompt; its steps' calibrated scores are aggregated with
+        `--agg`. A query that cannot be scored gets 0.0, logged with its reason, counted in
+        `extra_logs.prm_fallback` and in /metrics (`prm_errors{kind="reward_fallback_<reason>"}`)."""
+        start = time.perf_counter()
+        accepted = 0
+        try:
+            check_access(request)
+            items = parse_reward_request(await read_body(request), cfg)
+            accepted = sum(item.fallback is None for item in items)
+            metrics.queue_depth.inc(accepted)
+            try:
+                outcomes = await _reward_all(state.batcher, items)  # type: ignore[arg-type]
+            except BatcherFullError as e:
+                raise RequestError(503, "queue_full", f"server busy: {e}", busy) from None
+            except BatcherClosedError:
+                raise RequestError(503, "shutting_down", "the server is shutting down", busy) from None
+        except RequestError:
+            raise
+        except Exception as e:  # a failed forward pass answers 500 and the server goes on
+            log.exception("scoring failed")
+            raise RequestError(500, "scoring_failed", f"scoring failed: {type(e).__name__}: {e}") from None
+        finally:
+            metrics.queue_depth.dec(accepted)
+            metrics.latency.observe(time.perf_counter() - start)
+        cal = current_calibration(state.engine)
+        rewards: list[float] = []
+        fallback: list[float] = []
+        n_steps: list[float] = []
+        for i, outcome in enumerate(outcomes):
+            if isinstance(outcome, str):
+                log.warning("/get_reward: query %d gets the fallback 0.0 (%s)", i, outcome)
+                metrics.errors.labels(f"reward_fallback_{outcome}").inc()
+                rewards.append(0.0)
+                fallback.append(1.0)
+                n_steps.append(0.0)
+                continue
+            metrics.steps_scored.inc(len(outcome))
+            scores = calibration.apply(outcome, cal) if cal is not None else outcome
+            rewards.append(aggregate(scores, cfg.agg))
+            fallback.append(0.0)
+            n_steps.append(float(len(outcome)))
+        return answer(REWARD_PATH, 200, {"rewards": rewards, "scores": list(rewards),
+                                         "extra_logs": {"prm_fallback": fallback, "prm_num_steps": n_steps}})
 
     @app.get("/health")
     async def health() -> JSONResponse:

@@ -4,14 +4,14 @@
 applies the same threshold and calibration as with the in-process engine. One `httpx.AsyncClient`
 keeps connections alive across calls; 503 answers (queue full, model loading) and connection
 failures are retried a bounded number of times with jittered exponential backoff, honouring
-Retry-After. Scoring is idempotent, so a retried request can never count twice.
+Retry-After (the package's one `retry.RetryPolicy`). Scoring is idempotent, so a retried request
+can never count twice. `wait_until_ready` (from `prm_distill.health`, the one readiness wait) polls
+/health of a server that is starting.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -19,11 +19,13 @@ import httpx
 
 from .. import calibration
 from ..checkpoint import Sidecar
+from ..health import ready, wait_until_ready
 from ..protocol import Item
-from ..retry import SCORE_RETRY_STATUSES, RetryPolicy
+from ..retry import SCORE_RETRY_STATUSES, Retryable, RetryPolicy
 from ..steps import SplitConfig
 from .batcher import ScoreBatcher
 
+__all__ = ["ClientConfig", "PRMClient", "PRMServerError", "request_json", "wait_until_ready"]
 RETRYABLE_ERRORS = (httpx.NetworkError, httpx.ConnectTimeout, httpx.RemoteProtocolError)
 
 
@@ -90,23 +92,25 @@ async def request_json(
 ) -> Any:
     """The JSON answer of one request, retried on 503 and connection failures; PRMServerError otherwise."""
     policy = config.retry_policy()
-    attempt = 0
-    while True:
-        response = None
+
+    async def attempt() -> httpx.Response:
         try:
             response = await http.request(method, path, json=payload)
         except RETRYABLE_ERRORS as e:
-            if attempt >= policy.max_retries:
-                raise PRMServerError(
-                    f"{method} {http.base_url.join(path)}: {type(e).__name__}: {e} (after {attempt + 1} attempts)"
-                ) from e
-        else:
-            if not policy.retries_status(response.status_code) or attempt >= policy.max_retries:
-                if response.is_error:
-                    raise PRMServerError(f"{method} {path}: HTTP {response.status_code}: {_error_message(response)}", response.status_code)
-                return response.json()
-        await asyncio.sleep(policy.delay(attempt, response.headers if response is not None else None))
-        attempt += 1
+            raise Retryable(f"{method} {http.base_url.join(path)}: {type(e).__name__}: {e}") from e
+        if policy.retries_status(response.status_code):
+            raise Retryable(f"HTTP {response.status_code}", response.headers, payload=response)
+        return response
+
+    try:
+        response = await policy.acall(attempt)
+    except Retryable as e:
+        if e.payload is None:  # the connection failed every time
+            raise PRMServerError(f"{e} (after {policy.attempts} attempts)") from e.__cause__
+        response = e.payload  # the last retried answer (503) is the error
+    if response.is_error:
+        raise PRMServerError(f"{method} {path}: HTTP {response.status_code}: {_error_message(response)}", response.status_code)
+    return response.json()
 
 
 class PRMClient:
@@ -183,10 +187,7 @@ class PRMClient:
 
     async def health(self) -> bool:
         """True when the server answers and its model is loaded (no retries)."""
-        try:
-            return (await self._http.get("/health")).status_code == 200
-        except httpx.TransportError:
-            return False
+        return await ready(self._http, "/health")
 
     async def aclose(self) -> None:
         if self._coalescer is not None:
@@ -199,19 +200,3 @@ class PRMClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-
-async def wait_until_ready(url: str, timeout_s: float = 120.0, interval_s: float = 0.1,
-                           alive: Callable[[], bool] | None = None) -> bool:
-    """Poll `url`/health (`PRMClient.health`) until it answers 200: True; False after `timeout_s`, or
-    as soon as `alive()` says the server process has exited.
-
-    The one readiness wait of the package: the demo, the benchmarks and the tests use it for a
-    `prm-distill serve` server (whose model loads after the socket opens) and for `vllm serve`.
-    """
-    deadline = time.monotonic() + timeout_s
-    async with PRMClient(url, config=ClientConfig(coalesce=False, timeout_s=max(interval_s, 2.0))) as client:
-        while not await client.health():
-            if time.monotonic() >= deadline or (alive is not None and not alive()):
-                return False
-            await asyncio.sleep(interval_s)
-    return True

@@ -1,14 +1,14 @@
 """`prm-distill serve` settings: one dataclass, one command-line option per field.
 
-Standard library only, so the CLI builds its parser without loading torch, FastAPI or pydantic.
+Standard library (and `config.py`) only, so the CLI builds its parser without loading torch, FastAPI or pydantic.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import typing
 from dataclasses import dataclass, field
+
+from ..config import add_options, from_options
 
 
 @dataclass
@@ -34,6 +34,7 @@ class ServerConfig:
     api_key_env: str | None = field(default=None, metadata={"help": "Name of an environment variable holding the API key; clients then send 'Authorization: Bearer KEY'."})
     retry_after_s: int = field(default=1, metadata={"help": "Retry-After (seconds) sent with 503 answers."})
     graceful_timeout_s: float = field(default=30.0, metadata={"help": "On shutdown, how long in-flight requests may take to finish."})
+    agg: str = field(default="min", metadata={"help": "POST /get_reward (OpenRLHF's remote reward): how a response's step scores become its one reward: min, prod, last, mean or discounted."})
 
     def __post_init__(self) -> None:
         counts = ("max_batch_tokens", "max_queue", "max_body_bytes", "max_items", "max_steps", "max_step_chars",
@@ -42,26 +43,16 @@ class ServerConfig:
         bad += ["threads"] if self.threads is not None and self.threads < 1 else []
         bad += ["max_wait_ms"] if self.max_wait_ms < 0 else []
         bad += ["port"] if not 0 <= self.port <= 65535 else []
+        if self.agg not in ("min", "prod", "last", "mean", "discounted"):  # aggregate.AGGREGATIONS, without importing numpy here
+            bad += ["agg"]
         if bad:
             raise ValueError("out of range: " + ", ".join(f"{name}={getattr(self, name)}" for name in bad))
 
 
 def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     """One option per `ServerConfig` field (`--max-wait-ms`, `--no-batching`, ...), help from the field."""
-    hints = typing.get_type_hints(ServerConfig)
-    for f in dataclasses.fields(ServerConfig):
-        flag = "--" + f.name.replace("_", "-")
-        helptext = f.metadata["help"]
-        if hints[f.name] is bool:
-            parser.add_argument("--no-" + f.name.replace("_", "-"), dest=f.name, action="store_false", help=f"Turn off: {helptext}")
-            continue
-        kind = next((t for t in typing.get_args(hints[f.name]) if t is not type(None)), hints[f.name])
-        if f.default is dataclasses.MISSING:
-            parser.add_argument(flag, dest=f.name, type=kind, required=True, help=helptext)
-        else:
-            shown = "" if f.default is None else f" (default: {f.default})"
-            parser.add_argument(flag, dest=f.name, type=kind, default=f.default, help=helptext + shown)
+    add_options(parser, ServerConfig)
 
 
 def server_config_from_args(args: argparse.Namespace) -> ServerConfig:
-    return ServerConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ServerConfig)})
+    return from_options(ServerConfig, args)

@@ -3,13 +3,16 @@
 Loads through `checkpoint.py` (safetensors only, no remote code) and scores through the shared
 encoder and `inference.score_encoded`, so its numbers are the evaluation path's numbers.
 
-Speed on CPU (`cpu_kernels`): `fused` (default) runs Llama-family models through `fused.py`
-(oneDNN-prepacked weights, q/k/v as one matmul, SiLU, gate product and residual adds fused into the
-projections, mask-free causal attention on right-padded batches); other architectures fall back to
-`onednn`, which runs fp32 `Linear` layers through oneDNN (`torch.utils.mkldnn`: on some CPUs MKL's
-fp32 path is half as fast); `torch` is the plain `transformers` forward. All three give the
-evaluation path's scores (fp32 within 1e-5, tested). bf16 is another 2-3x on CPUs with native bf16
-(AVX512-BF16/AMX); `dtype="auto"` picks it there and on GPUs, fp32 elsewhere.
+Speed on CPU (`cpu_kernels`): `fused` runs Llama-family models through `fused.py` (oneDNN-prepacked
+weights, q/k/v as one matmul, SiLU, gate product and residual adds fused into the projections,
+mask-free causal attention on right-padded batches); other architectures fall back to `onednn`,
+which runs fp32 `Linear` layers through oneDNN (`torch.utils.mkldnn`: on some CPUs MKL's fp32 path
+is half as fast); `torch` is the plain `transformers` forward. All three give the evaluation path's
+scores (fp32 within 1e-5, tested). `auto` (the default) picks per dtype and CPU vendor
+(`AUTO_CPU_KERNELS`): the kernels that were faster side by side with vLLM's pooling runner
+(benchmarks/engine_vs_vllm.py).
+bf16 is another 2-3x on CPUs with native bf16 (AVX512-BF16/AMX); `dtype="auto"` picks it there and
+on GPUs, fp32 elsewhere.
 """
 
 from __future__ import annotations
@@ -30,7 +33,18 @@ from .fused import FusedTokenClassifier, fused_support
 
 log = logging.getLogger(__name__)
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-CPU_KERNELS = ("fused", "onednn", "torch")
+CPU_KERNELS = ("auto", "fused", "onednn", "torch")
+# What `cpu_kernels="auto"` runs on CPU, by (dtype, CPU vendor; None = any other), measured side by
+# side with vLLM's pooling runner on the same cores (benchmarks/engine_vs_vllm.py, docs/serving-vllm.md).
+# bf16: the fused runner (Intel Xeon with AMX: 1.06x vLLM, 1.13x the plain forward). fp32 on Intel:
+# the plain forward, whose matmuls are MKL's (1.07x vLLM; fused 0.94x). fp32 elsewhere: the fused
+# runner, on oneDNN (AMD EPYC: 0.99x vLLM per CPU-second, the plain forward 0.80x: MKL's fp32 path
+# is slow there). Other dtypes run the plain forward.
+AUTO_CPU_KERNELS: dict[tuple[torch.dtype, str | None], str] = {
+    (torch.bfloat16, None): "fused",
+    (torch.float32, "GenuineIntel"): "torch",
+    (torch.float32, None): "fused",
+}
 # On CPU one forward pass takes at most this many tokens (batch x longest window), so activations
 # stay in cache: 96 ProcessBench GSM8K items (44k tokens), fp32, 2 cores, the 16-layer student:
 # 50.2 s in passes of up to 16384 tokens, 35.3 s at 4096, 36.4 s at 2048, 37.4 s at 1024
@@ -75,10 +89,32 @@ def onednn_linears(model: torch.nn.Module) -> torch.nn.Module:
     return to_mkldnn(model)
 
 
+def cpu_vendor() -> str | None:
+    """This CPU's vendor id (GenuineIntel, AuthenticAMD, ...), None when it cannot be read."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("vendor_id"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def auto_cpu_kernels(dtype: torch.dtype, vendor: str | None = None) -> str:
+    """The CPU kernels `cpu_kernels="auto"` picks for a model in `dtype` on a CPU from `vendor`
+    (None = this one's), from `AUTO_CPU_KERNELS`."""
+    vendor = vendor or cpu_vendor()
+    return AUTO_CPU_KERNELS.get((dtype, vendor)) or AUTO_CPU_KERNELS.get((dtype, None)) or "torch"
+
+
 def cpu_runner(model: torch.nn.Module, kernels: str) -> torch.nn.Module:
-    """The model to run on CPU for `kernels` (see the module doc); falls back fused -> onednn -> torch."""
+    """The model to run on CPU for `kernels` (see the module doc); auto picks by the model's dtype;
+    falls back fused -> onednn -> torch."""
     if kernels not in CPU_KERNELS:
         raise ValueError(f"cpu_kernels must be one of {'|'.join(CPU_KERNELS)}, got {kernels!r}")
+    if kernels == "auto":
+        kernels = auto_cpu_kernels(next(model.parameters()).dtype)
+        log.info("engine: %s kernels on CPU (cpu_kernels=auto)", kernels)
     if kernels == "fused":
         reason = fused_support(model)
         if reason is None:
@@ -117,9 +153,10 @@ class PRMEngine:
 
     @classmethod
     def from_checkpoint(cls, model_dir: str | Path, *, device: str = "auto", dtype: str | None = None,
-                        max_batch_tokens: int = 16384, cpu_kernels: str = "fused", verifier: bool = True,
+                        max_batch_tokens: int = 16384, cpu_kernels: str = "auto", verifier: bool = True,
                         forward_tokens: int | None = None) -> "PRMEngine":
-        """`dtype`: None, auto, float32, bfloat16, float16 (see `resolve_dtype`). `cpu_kernels`: fused | onednn | torch.
+        """`dtype`: None, auto, float32, bfloat16, float16 (see `resolve_dtype`). `cpu_kernels`: auto
+        (per dtype and CPU vendor: `AUTO_CPU_KERNELS`) | fused | onednn | torch.
         `forward_tokens`: most tokens in one forward pass (default: `CPU_FORWARD_TOKENS` on CPU, else
         `max_batch_tokens`)."""
         if cpu_kernels not in CPU_KERNELS:

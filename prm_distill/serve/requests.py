@@ -1,4 +1,4 @@
-"""The /v1/score request body as pydantic models, and the errors the server answers with.
+"""The /v1/score request body as pydantic models (and OpenRLHF's /get_reward body), and the errors the server answers with.
 
 Models forbid unknown fields and check every length against the server's limits (`ServerConfig`,
 passed as validation context), so a bad request is refused before it reaches the batcher. Every
@@ -18,6 +18,7 @@ from pydantic_core import PydanticCustomError
 from ..records import RecordError, steps_of
 from ..steps import SplitConfig
 from .config import ServerConfig
+from .prompts import prompt_question, strip_end_markers
 
 ITEM_KEYS = ("question", "response", "split", "steps")
 SPLIT_KEYS = tuple(f.name for f in dataclasses.fields(SplitConfig))
@@ -200,3 +201,73 @@ def _precedence(error: Any) -> tuple[int, int]:
     loc = error["loc"]
     item = loc[1] if len(loc) > 1 and loc[0] == "items" and isinstance(loc[1], int) else -1
     return item, 0 if error["type"] == "extra_forbidden" else 1
+
+
+# -- POST /get_reward: OpenRLHF's remote reward contract ---------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class RewardItem:
+    """One query of a /get_reward body: its (question, steps), or the reason it gets the fallback zero."""
+
+    question: str = ""
+    steps: tuple[str, ...] = ()
+    fallback: str | None = None
+
+
+def _string_list(payload: dict[str, Any], key: str, n: int | None, cfg: ServerConfig) -> list[str]:
+    value = payload.get(key)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise invalid(f"{key}: expected a list of strings, got {type(value).__name__}")
+    if n is None:
+        if not value:
+            raise invalid(f"{key}: expected a non-empty list of strings")
+        if len(value) > cfg.max_items:
+            raise invalid(f"{key}: {len(value)} queries, more than max_items={cfg.max_items}")
+    elif len(value) != n:
+        raise invalid(f"{key}: {len(value)} entries for {n} queries (one per query is required)")
+    return value
+
+
+def reward_item(query: str, prompt: str, cfg: ServerConfig, split: SplitConfig | None = None) -> RewardItem:
+    """Question and steps of one query (= prompt + response), or the fallback reason."""
+    if not query.startswith(prompt):
+        return RewardItem(fallback="prompt_mismatch")
+    response = strip_end_markers(query[len(prompt) :])
+    question = prompt_question(prompt)
+    if not question:
+        return RewardItem(fallback="no_question")
+    if not response.strip():
+        return RewardItem(fallback="empty_response")
+    if len(response) > cfg.max_response_chars or len(question) > cfg.max_question_chars:
+        return RewardItem(fallback="too_long")
+    try:
+        steps = steps_of({"response": response}, split or SplitConfig())
+    except RecordError:
+        return RewardItem(fallback="unsplittable")
+    if len(steps) > cfg.max_steps or any(len(step) > cfg.max_step_chars for step in steps):
+        return RewardItem(fallback="too_long")
+    return RewardItem(question, tuple(steps))
+
+
+def parse_reward_request(body: bytes, cfg: ServerConfig) -> list[RewardItem]:
+    """The items of a /get_reward body `{"query": [...], "prompts": [...], "labels": [...]}` (labels
+    optional, unused: the PRM never sees the answer key), or a RequestError naming the bad field.
+    A query that is well-formed but cannot be scored is kept, with its fallback reason."""
+    try:
+        payload = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise RequestError(422, "malformed_json", f"body: not valid JSON ({e})") from None
+    if not isinstance(payload, dict):
+        raise invalid('body: expected a JSON object {"query": [...], "prompts": [...]}')
+    unknown = sorted(set(payload) - {"query", "prompts", "labels"})
+    if unknown:
+        raise invalid(f"{unknown[0]}: unknown field (known: query, prompts, labels)")
+    if "prompts" not in payload:
+        raise invalid("prompts: missing (the prompt of every query, so the response can be told apart)")
+    queries = _string_list(payload, "query", None, cfg)
+    prompts = _string_list(payload, "prompts", len(queries), cfg)
+    if payload.get("labels") is not None:
+        labels = payload["labels"]
+        if not isinstance(labels, list) or len(labels) != len(queries):
+            raise invalid(f"labels: expected a list with one entry per query ({len(queries)})")
+    return [reward_item(q, p, cfg) for q, p in zip(queries, prompts, strict=True)]

@@ -37,6 +37,7 @@ from typing import Any
 from ..atomic import dumps
 from ..checkpoint import CalibrationWatch, Sidecar, read_sidecar
 from ..encoding import EncodedTrajectory, StepEncoder, Window
+from ..generate.engine_kwargs import vllm_engine_kwargs
 from ..protocol import Item
 from ..verify import apply_rule
 from .client import ClientConfig, PRMServerError, request_json
@@ -61,6 +62,15 @@ def serve_command(model_dir: str | Path, *, host: str = "127.0.0.1", port: int =
         "--pooler-config", json.dumps(pooler_config(sidecar), separators=(",", ":")),
         "--host", host, "--port", str(port),
     ]
+
+
+def engine_options(sidecar: Sidecar, dtype: str | None = None, *, gpu: bool | None = None, **llm_kwargs: Any) -> dict[str, Any]:
+    """`vllm.LLM` arguments of the pooling engine: the host's (`generate.vllm_engine_kwargs`: dtype
+    auto on GPU, float32 and the in-process engine core on CPU), then the pooling runner, the STEP
+    pooler, our window length and eager mode (a PRM only prefills), then `dtype` and `llm_kwargs`."""
+    options = {"runner": "pooling", "max_model_len": sidecar.max_length, "enforce_eager": True,
+               "pooler_config": pooler_config(sidecar), **({"dtype": dtype} if dtype else {}), **llm_kwargs}
+    return vllm_engine_kwargs(options, gpu=gpu)
 
 
 class _StepInputs:
@@ -108,17 +118,15 @@ class VLLMOfflineEngine:
     main module in new processes.
     """
 
-    def __init__(self, model_dir: str | Path, *, dtype: str = "float32", **llm_kwargs: Any) -> None:
+    def __init__(self, model_dir: str | Path, *, dtype: str | None = None, **llm_kwargs: Any) -> None:
+        """`dtype` None = the host's (`vllm_engine_kwargs`: auto on GPU, float32 on CPU); `llm_kwargs` go last."""
         try:
             from vllm import LLM
         except ImportError as e:
             raise ImportError(INSTALL_HINT) from e
         self.inputs = _StepInputs(model_dir)
         self.sidecar, self.model_id = self.inputs.sidecar, self.inputs.model_id
-        self.llm = LLM(
-            model=str(model_dir), runner="pooling", dtype=dtype, max_model_len=self.sidecar.max_length,
-            enforce_eager=True, pooler_config=pooler_config(self.sidecar), **llm_kwargs,
-        )
+        self.llm = LLM(model=str(model_dir), **engine_options(self.sidecar, dtype, **llm_kwargs))
 
     def calibration(self) -> dict[str, Any] | None:
         """The checkpoint's calibration now (re-read when its sidecar changes); scores stay raw."""
@@ -177,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     """Score `{"items": [...]}` from stdin with vLLM offline; print scores and the scoring time as JSON."""
     parser = argparse.ArgumentParser(prog="python -m prm_distill.serve.vllm_backend", description=main.__doc__)
     parser.add_argument("--model", required=True, help="exported checkpoint folder")
-    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--dtype", default=None, help="vLLM dtype (default: the host's: auto on GPU, float32 on CPU)")
     parser.add_argument("--output", default="-", help="where to write the JSON answer (vLLM logs to stdout too)")
     parser.add_argument("--repeat", type=int, default=1, help="score the items this many times (timing: the best run, wall and process CPU time)")
     parser.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=False,
@@ -187,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8000, help="with --print-serve-command")
     args = parser.parse_args(argv)
     if args.print_serve_command:
-        print(shlex.join(serve_command(args.model, host=args.host, port=args.port, dtype=args.dtype)))
+        print(shlex.join(serve_command(args.model, host=args.host, port=args.port, dtype=args.dtype or "float32")))
         return 0
     items = [(item["question"], item["steps"]) for item in json.load(sys.stdin)["items"]]
     engine = VLLMOfflineEngine(args.model, dtype=args.dtype, enable_prefix_caching=args.prefix_caching)

@@ -11,6 +11,7 @@ from ..records import FORMATS
 LOSSES = ("soft_ce", "pairwise", "mix")
 PAIRWISE_FORMS = ("logistic", "margin")
 PRECISIONS = ("auto", "no", "bf16", "fp16")
+HEAD_INITS = ("default", "zero")
 
 
 @dataclass
@@ -21,10 +22,13 @@ class ModelConfig:
     max_length: int = field(default=1024, metadata={"help": "Longest model input in tokens; longer trajectories are split into windows."})
     trust_remote_code: bool = field(default=False, metadata={"help": "Allow custom modelling code from the backbone folder (off: safer)."})
     gradient_checkpointing: bool = field(default=False, metadata={"help": "Trade compute for memory on long inputs."})
+    head_init: str = field(default="default", metadata={"help": "Initial classification head: default (transformers' normal init) | zero (every step starts at P(good) = 0.5: for backbones whose final norm is large, e.g. Qwen2.5, where the default init starts with logits of magnitude ~4)."})
 
     def __post_init__(self) -> None:
         if self.max_length < 32:
             raise ValueError(f"max_length must be at least 32, got {self.max_length}")
+        if self.head_init not in HEAD_INITS:
+            raise ValueError(f"model.head_init must be one of {HEAD_INITS}, got {self.head_init!r}")
 
 
 @dataclass

@@ -7,6 +7,7 @@ to truncation.
 
 from __future__ import annotations
 
+import logging
 import random
 import zlib
 from collections import Counter
@@ -17,8 +18,11 @@ import torch
 
 from ..encoding import StepEncoder, Window
 from ..inference import pad_batch
-from ..records import Trajectory
-from .config import LossConfig
+from ..records import Trajectory, load_records, split_by_question
+from ..synthetic import SyntheticConfig, generate
+from .config import LossConfig, TrainJobConfig
+
+log = logging.getLogger("prm_distill.train")
 
 
 @dataclass(frozen=True)
@@ -108,3 +112,49 @@ class Collator:
             "groups": torch.tensor([r.group for r in rows for _ in r.targets], dtype=torch.long),
             "n_tokens": torch.tensor(int(mask.sum()), dtype=torch.long),
         }
+
+
+def load_data(cfg: TrainJobConfig) -> tuple[list[Trajectory], list[Trajectory]]:
+    """(train, dev) records: files or the synthetic set, deduplicated, shuffled, limited; dev from
+    `data.dev` or a by-question split of the training records, cut to `data.dev_limit` whole questions."""
+    d, seed = cfg.data, cfg.train.seed
+    if d.train:
+        train = [r for p in d.train for r in load_records(p, d.format)]
+    elif d.synthetic:
+        train = generate(SyntheticConfig(n=d.synthetic, seed=seed, id_prefix="train"))
+    else:
+        raise ValueError("no training data: set data.train (files) or data.synthetic (a count)")
+    train = _dedupe(train)
+    random.Random(seed).shuffle(train)
+    if d.limit is not None:
+        train = train[: d.limit]
+    if d.dev:
+        dev = [r for p in d.dev for r in load_records(p, d.format)]
+    else:
+        train, dev = split_by_question(train, d.dev_fraction, seed)
+    if d.dev_limit is not None and len(dev) > d.dev_limit:
+        questions = sorted({r.question for r in dev})
+        random.Random(seed).shuffle(questions)
+        keep: set[str] = set()
+        for q in questions:  # whole questions, until the limit is reached
+            if sum(r.question in keep for r in dev) >= d.dev_limit:
+                break
+            keep.add(q)
+        dev = [r for r in dev if r.question in keep]
+    if not any(lab is not None for r in train for lab in (r.labels or [])):
+        raise ValueError("the training data has no supervised step (every label is missing)")
+    return train, dev
+
+
+def _dedupe(records: list[Trajectory]) -> list[Trajectory]:
+    """Drop repeated trajectories (same question and steps; e.g. PRMBench repeats each original
+    process once per error type), keeping the first, so no solution is over-weighted."""
+    seen, out = set(), []
+    for r in records:
+        key = (r.question, tuple(r.steps))
+        if key not in seen:
+            seen.add(key)
+            out.append(r)
+    if len(out) < len(records):
+        log.info("dropped %d duplicate training trajectories", len(records) - len(out))
+    return out

@@ -36,6 +36,8 @@ def build_model(model_cfg: ModelConfig, lora: LoraSettings):
         raise BackboneError(f"cannot load backbone {path!r} as a token classifier: {e}") from e
     if model_cfg.num_layers is not None:
         truncate_layers(model, model_cfg.num_layers)
+    if model_cfg.head_init == "zero":
+        zero_head(model)
     if len(tok) > model.get_input_embeddings().num_embeddings:
         model.resize_token_embeddings(len(tok))
     if model.config.pad_token_id is None:
@@ -65,6 +67,21 @@ def truncate_layers(model, n: int) -> None:
     model.config.num_hidden_layers = n
     if isinstance(getattr(model.config, "layer_types", None), list):
         model.config.layer_types = model.config.layer_types[:n]
+
+
+def zero_head(model) -> None:
+    """Start the two-class head at zero: every step begins at P(good) = 0.5 whatever the scale of the
+    backbone's features. Qwen2.5's final norm weights average ~7 (SmolLM2's ~1.8), so the default
+    normal init (std 0.02) starts with logits of magnitude ~4 and the first steps go to undoing it."""
+    import torch
+
+    head = getattr(model, "score", None) or getattr(model, "classifier", None)
+    if not isinstance(head, torch.nn.Linear):
+        raise BackboneError("model.head_init=zero: cannot find this model's linear classification head (.score or .classifier)")
+    with torch.no_grad():
+        head.weight.zero_()
+        if head.bias is not None:
+            head.bias.zero_()
 
 
 def _add_lora(model, lora: LoraSettings):

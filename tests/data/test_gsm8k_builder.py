@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 
 from prm_distill.cli import main
-from prm_distill.data.build import BuildConfig, Source, read_gsm8k, variants_of
+from prm_distill.data.build import BuildConfig, Source, bare_answers_of, read_gsm8k, variants_of
 from prm_distill.data.perturb import Perturber, evaluate, fmt, mark_statements
 from prm_distill.records import read_jsonl
 
@@ -124,12 +124,55 @@ def test_cli_writes_train_dev_and_summary_with_whole_questions_held_out(tmp_path
     rows = [{"question": f"{NATALIA_Q} (copy {i})", "answer": NATALIA_A} for i in range(20)] + [{"question": "bad", "answer": "no answer"}]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "out"
-    assert main(["data", "gsm8k", "--input", str(path), "--output", str(out), "--variants", "2", "--dev-fraction", "0.2"]) == 0
+    assert main(["data", "gsm8k", "--input", str(path), "--output", str(out), "--variants", "2", "--dev-fraction", "0.2", "--bare-answers", "1"]) == 0
     train, dev = read_jsonl(out / "train.jsonl"), read_jsonl(out / "dev.jsonl")
     summary = json.loads((out / "summary.json").read_text())
     assert {r.question for r in train}.isdisjoint({r.question for r in dev}) and len({r.question for r in dev}) == 4
     assert summary["solutions"] == 20 and summary["skipped_lines"] == 1 and summary["originals"] == 20
-    assert summary["records"] == len(train) + len(dev) == 20 * 3
+    # per solution: the original, 2 variants, a bare answer and a jump to the answer (Natalia's first line does not state 72)
+    assert summary["records"] == len(train) + len(dev) == 20 * 5
     assert sum(v["made"] for v in summary["variants"].values()) == 40
-    assert summary["labels"]["bad"] == 40
+    assert summary["bare_answers"] == {"bare_answer": {"made": 20, "skipped": 0}, "skipped_steps": {"made": 20, "skipped": 0}}
+    assert summary["labels"]["bad"] == 40 + 20 + 20
     assert "1 input lines skipped" in capsys.readouterr().out
+
+
+def test_bare_answer_negatives_label_the_unsupported_answer_step_0():
+    src = Source("n", NATALIA_Q, NATALIA_A.split("\n"), metadata={"source": "gsm8k", "answer": "72"})
+    counts: Counter = Counter()
+    bare, jump = bare_answers_of(src, BuildConfig(bare_answers=1.0), counts)
+    assert bare.id == "n-bare_answer" and len(bare.steps) == 1 and "72" in bare.steps[0] and bare.labels == [0.0]
+    # Natalia has two reasoning lines: the only cut keeps the first (48/2 = 24, not the answer) and jumps to 72
+    assert jump.id == "n-skipped_steps" and jump.steps[0] == "Natalia sold 48/2 = 24 clips in May." and "72" in jump.steps[1]
+    assert jump.labels == [1.0, 0.0] and jump.metadata["kind"] == "skipped_steps" and jump.metadata["error_step"] == 1
+    assert counts == Counter({"bare_answer.made": 1, "skipped_steps.made": 1})
+    # the reference-guided labeler reads both the same way: a right answer no step derives is a guess
+    from prm_distill.labeling.judges.reference import label
+
+    assert [label(NATALIA_Q, r.steps, NATALIA_A, "72").labels for r in (bare, jump)] == [[0.0], [1.0, 0.0]]
+
+
+def test_no_jump_when_every_cut_already_states_the_answer_and_off_means_off():
+    lines = ["Betty has 100 / 2 = $<<100/2=50>>50.", "So she needs 100 - 50 = $<<100-50=50>>50 more.", "#### 50"]
+    src = Source("b", "Betty needs $100 and has half. How much more?", lines, metadata={"answer": "50"})
+    counts: Counter = Counter()
+    (bare,) = bare_answers_of(src, BuildConfig(bare_answers=1.0), counts)  # the first line already states 50: a cut derives it
+    assert bare.labels == [0.0] and counts["skipped_steps.skipped"] == 1
+    assert bare_answers_of(src, BuildConfig(bare_answers=0.0), Counter()) == []
+    with pytest.raises(ValueError, match=r"bare_answers must be in \[0, 1\], got 2"):
+        BuildConfig(bare_answers=2)
+
+
+def test_bare_answers_leave_the_variants_unchanged(tmp_path):
+    from prm_distill.data.build import build_from_gsm8k
+
+    path = tmp_path / "g.jsonl"
+    rows = [{"question": f"{q} ({i})", "answer": a} for i in range(6) for q, a in ((NATALIA_Q, NATALIA_A), (BETTY_Q, BETTY_A))]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    build_from_gsm8k(path, tmp_path / "off", BuildConfig(bare_answers=0.0, dev_fraction=0.0))
+    s = build_from_gsm8k(path, tmp_path / "on", BuildConfig(dev_fraction=0.0))  # the default: half of the solutions
+    off = read_jsonl(tmp_path / "off" / "train.jsonl")
+    on = [r for r in read_jsonl(tmp_path / "on" / "train.jsonl") if r.metadata["kind"] not in ("bare_answer", "skipped_steps")]
+    assert [(r.id, r.steps, r.labels) for r in on] == [(r.id, r.steps, r.labels) for r in off]
+    made = s["bare_answers"]["bare_answer"]["made"]
+    assert 0 < made < 12 and s["records"] == len(off) + made + s["bare_answers"]["skipped_steps"]["made"]

@@ -172,21 +172,13 @@ def vllm_judge_server():
          "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--max-model-len", "2048", "--enforce-eager"],
         env=env, stdout=log, stderr=subprocess.STDOUT,
     )
-    import httpx
+    import asyncio
 
-    deadline = time.time() + 240
+    from prm_distill.health import wait_until_ready
+
     try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"vLLM judge server exited with {proc.returncode}; see {log.name}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.time() > deadline:
-                pytest.fail(f"vLLM judge server not ready after 240 s; see {log.name}")
-            time.sleep(2)
+        if not asyncio.run(wait_until_ready(f"http://127.0.0.1:{port}", timeout_s=600, interval_s=2, alive=lambda: proc.poll() is None)):
+            pytest.fail(f"vLLM judge server not ready after 600 s (exit code {proc.poll()}); see {log.name}")
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         proc.terminate()

@@ -6,8 +6,8 @@ import pytest
 
 pytest.importorskip("math_verify")
 
+from prm_distill.labeling.anchor import anchor, final_answer_correct  # noqa: E402
 from prm_distill.labeling.config import AnchorConfig  # noqa: E402
-from prm_distill.labeling.verify import anchor, final_answer_correct  # noqa: E402
 from prm_distill.records import Trajectory  # noqa: E402
 
 

@@ -36,7 +36,7 @@ def test_constrained_options_are_exact_log_probabilities_of_each_answer(judge):
     req = Request(prompts_for("prefix", RECS[0].question, RECS[0].steps)[1], seed=0, temperature=0.2, max_tokens=8)
     opts = judge._options(req)
     assert [o[0] for o in opts] == ["Score: 0", "Score: 0.5", "Score: 1"]
-    tok, model = judge.tok, judge.model
+    tok, model = judge.local.tok, judge.local.model
     ctx = tok(judge._chat(req) + "Score:", add_special_tokens=False).input_ids
     for text, lp, _, _ in opts:
         cont = tok(text.removeprefix("Score:"), add_special_tokens=False).input_ids + [tok.eos_token_id]

@@ -50,7 +50,7 @@ def test_soft_and_hard_estimates_from_completions_of_each_step_prefix(openai_dou
     assert len(d.bodies) == 2 * 2 * 4 and {b["seed"] for b in d.bodies} == {0, 1, 2, 3}
     assert all(body["continue_final_message"] and body["messages"][-1]["role"] == "assistant" for body in d.bodies)
     assert all("5" not in body["messages"][0]["content"].split("How many?")[1] for body in d.bodies)  # no answer key in the prompt
-    assert s["montecarlo"]["montecarlo:pol"] == {"completions": 16, "reached_gold": 12, "share_reaching_gold": 0.75}
+    assert s["montecarlo"]["montecarlo:pol"] == {"completions": 16, "reached_gold": 12, "prefixes_sampled": 4, "share_reaching_gold": 0.75}
     run_label_job(_cfg(path, tmp_path / "hard", d.base_url, "judge.estimate=hard"))
     a, b = read_jsonl(tmp_path / "hard" / "labels.jsonl")
     assert a.labels == [1.0, 1.0, 1.0] and b.labels == [1.0, 1.0, 0.0]  # any completion reaching 5 makes a step good

@@ -60,7 +60,7 @@ def test_a_model_built_to_reward_length_is_flagged_and_a_neutral_one_is_not(posi
         aggs = verb["kinds"][kind]["aggregations"]
         for agg in ("min", "mean", "last"):
             assert abs(aggs[agg]["delta"]) < 1e-6
-        assert aggs["product"]["delta"] < 0  # n + 2 factors p < 1 instead of n
+        assert aggs["prod"]["delta"] < 0  # n + 2 factors p < 1 instead of n
         assert verb["kinds"][kind]["inserted_step_mean"] == pytest.approx(p, abs=1e-6)
     assert abs(audit["position_bias"]["slope"]) < 1e-6
 
@@ -71,8 +71,8 @@ def test_neutral_product_change_is_the_closed_form(position_models, correct_held
     verb = verbosity(records, scores, engine, settings)
     p = 1 / (1 + math.exp(-0.8))
     # each padded product has two more factors p: after = p^2 * before, trajectory by trajectory
-    before = verb["kinds"]["filler"]["aggregations"]["product"]["before"]
-    after = verb["kinds"]["filler"]["aggregations"]["product"]["after"]
+    before = verb["kinds"]["filler"]["aggregations"]["prod"]["before"]
+    after = verb["kinds"]["filler"]["aggregations"]["prod"]["after"]
     assert after == pytest.approx(before * p**2, rel=1e-5)
 
 
@@ -110,4 +110,4 @@ def test_self_preference_compares_generators_on_shared_problems():
 
 
 def test_aggregations():
-    assert aggregate([0.5, 0.8, 1.0]) == pytest.approx({"min": 0.5, "mean": 2.3 / 3, "product": 0.4, "last": 1.0})
+    assert aggregate([0.5, 0.8, 1.0]) == pytest.approx({"min": 0.5, "mean": 2.3 / 3, "prod": 0.4, "last": 1.0})

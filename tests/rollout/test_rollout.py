@@ -118,7 +118,8 @@ def test_cli_rolls_out_gsm8k_with_a_local_policy_and_refuses_a_prm_checkpoint(ti
                "--max-new-tokens", "8", "--backend", "transformers", "--seed", "5"])
     assert rc == 0 and "rolled out 1 problems x 3 samples" in capsys.readouterr().out
     recs = _read(tmp_path / "out" / "rollouts.jsonl")
-    assert len(recs) == 3 and all(set(x) == FIELDS and x["answer"] == "7" and x["outcome"] in (0.0, 1.0) for x in recs)
+    assert len(recs) == 3 and all(set(x) == FIELDS | {"reference"} and x["answer"] == "7" and x["outcome"] in (0.0, 1.0) for x in recs)
+    assert recs[0]["reference"] == "Tom has 3 + 4 = 7.\n#### 7"  # GSM8K's worked solution, for judge.backend=reference
     assert recs[0]["metadata"]["generator"] == f"transformers:{tiny_backbone}"
     assert {x["metadata"]["sampling"]["max_new_tokens"] for x in recs} == {8}
     rc = main(["rollout", "--policy", str(token_classifier), "--problems", str(probs), "--output", str(tmp_path / "bad"), "--backend", "transformers"])

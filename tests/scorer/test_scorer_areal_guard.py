@@ -247,3 +247,24 @@ def test_an_areal_prm_that_fails_to_import_warns_and_falls_back(tmp_path, module
         """,
     )
     _assert_ok(done)
+
+
+def test_our_runner_runs_arealss_own_prm_config_with_typed_entries():
+    # AReaL's PRMConfig (no commit_scope) holding AReaL's typed PRMScorerConfig entries.
+    done = _run_with(
+        [INTERNALS],
+        """
+        import asyncio
+        from areal.api.cli_args import PRMConfig, PRMScorerConfig
+        import prm_distill.scorer as ours
+
+        config = PRMConfig(scorers=[PRMScorerConfig(path="prm_distill.scorer.LengthBudgetScorer", weight=0.5,
+                                                    kwargs={"max_output_tokens": 2})])
+        turn = ours.Interaction(interaction_id="t", model_response=ours.ModelResponse(output_tokens=[1, 2]))
+        runner = ours.PRMRunner(config)
+        asyncio.run(runner.run([turn]))
+        assert turn.token_rewards.tolist() == [0.5, 0.5]
+        print("ok")
+        """,
+    )
+    _assert_ok(done)

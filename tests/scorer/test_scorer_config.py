@@ -82,7 +82,7 @@ def test_scorer_entries_may_be_mappings_configs_or_instances():
     [
         (
             {"advantage_shaping": {"mode": "foo"}},
-            "advantage_shaping.mode: unknown mode 'foo' (expected additive|gvpo|process_weighted)",
+            "advantage_shaping.mode: unknown mode 'foo' (expected additive|gvpo|process_weighted|min_form)",
         ),
         ({"advantage_shaping": {"negative_scale": -1}}, "advantage_shaping.negative_scale: must be >= 0"),
         ({"advantage_shaping": {"zero_eps": float("nan")}}, "advantage_shaping.zero_eps: expected a finite number"),
@@ -192,7 +192,7 @@ def test_load_from_a_mapping_reads_actor_settings():
     [
         (
             _trainer({"advantage_shaping": {"mode": "foo"}}),
-            "rollout.agent.prm.advantage_shaping.mode: unknown mode 'foo' (expected additive|gvpo|process_weighted)",
+            "rollout.agent.prm.advantage_shaping.mode: unknown mode 'foo' (expected additive|gvpo|process_weighted|min_form)",
         ),
         (
             _trainer({"scorers": [{"path": "a.B", "weight": None}]}),

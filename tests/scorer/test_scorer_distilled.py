@@ -232,7 +232,7 @@ def test_isotonic_calibration_maps_scores_and_threshold_by_linear_interpolation(
 def test_a_new_calibration_in_the_checkpoint_is_used_without_a_restart(smol_tokenizer, tiny_checkpoint, tmp_path):
     import shutil
 
-    from prm_distill.calibration import write_calibration
+    from prm_distill.checkpoint import write_calibration
 
     model = shutil.copytree(tiny_checkpoint, tmp_path / "model")
     turn = make_turn(smol_tokenizer, "t", MARKER_CHUNKS[1:])

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from prm_distill.jobfiles import AppendLog, check_job
 from prm_distill.select.inputs import group_by_question, read_samples
-from prm_distill.select.journal import AppendLog, check_job
 from prm_distill.steps import split_steps
 
 

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from prm_distill import calibration
+from prm_distill import calibration, checkpoint
 from prm_distill.aggregate import AGGREGATIONS, aggregate
 from prm_distill.cli import main
 from prm_distill.select.rerank import best_of_n_report, n_values
@@ -61,7 +61,7 @@ def test_rerank_cli_picks_by_calibrated_aggregate_and_reports(tiny_checkpoint, s
     # A copy of the checkpoint with a temperature calibration: what rerank ranks must be the calibrated scores.
     model = tmp_path / "model"
     shutil.copytree(tiny_checkpoint, model)
-    calibration.write_calibration(model, {"method": "temperature", "params": {"temperature": 3.0}})
+    checkpoint.write_calibration(model, {"method": "temperature", "params": {"temperature": 3.0}})
     out = tmp_path / "run" / "ranked.jsonl"
     assert main(["rerank", "--model", str(model), "--input", str(rollouts), "--output", str(out), "--agg", "mean", "--device", "cpu"]) == 0
     printed = capsys.readouterr()

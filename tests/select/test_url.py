@@ -3,18 +3,18 @@ in-process, exit 4 with a clear message when the server dies mid-run, and a reru
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from prm_distill.cli import main
+from prm_distill.health import wait_until_ready
 from prm_distill.select import backend
 
 from .conftest import read_jsonl
@@ -34,16 +34,8 @@ def _serve(checkpoint: Path) -> tuple[subprocess.Popen, str]:
         env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.TransportError:
-            pass
-        if proc.poll() is not None:
-            break
-        time.sleep(0.25)
+    if asyncio.run(wait_until_ready(url, timeout_s=180, interval_s=0.25, alive=lambda: proc.poll() is None)):
+        return proc, url
     proc.kill()
     raise RuntimeError(f"prm-distill serve did not become ready (exit {proc.poll()})")
 

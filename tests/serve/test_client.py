@@ -15,9 +15,8 @@ import torch
 
 from prm_distill.checkpoint import read_sidecar
 from prm_distill.scorer import DistilledPRMScorer, Interaction, ModelResponse
-from prm_distill.serve import PRMEngine
+from prm_distill.serve import BackgroundServer, PRMEngine, ServerConfig
 from prm_distill.serve.client import ClientConfig, PRMClient, PRMServerError
-from prm_distill.serve.server import BackgroundServer, ServerConfig
 from prm_distill.steps import SplitConfig, split_steps
 
 QUESTION = "Tom has 4 apples and buys 3 more. How many now?"

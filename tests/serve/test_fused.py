@@ -9,7 +9,7 @@ import torch
 from prm_distill.checkpoint import load_checkpoint
 from prm_distill.inference import score_encoded
 from prm_distill.serve import PRMEngine
-from prm_distill.serve.engine import cpu_runner
+from prm_distill.serve.engine import auto_cpu_kernels, cpu_runner, cpu_vendor
 from prm_distill.serve.fused import FusedTokenClassifier, fused_support
 
 ITEMS = [  # different lengths: one batch, right-padded
@@ -32,13 +32,35 @@ def right_padded_batch(vocab: int, lengths: list[int], seed: int = 0) -> tuple[t
 
 
 def test_the_engine_runs_llama_fused_with_the_evaluation_paths_scores(tiny_checkpoint):
-    engine = PRMEngine.from_checkpoint(tiny_checkpoint, device="cpu", dtype="float32")  # cpu_kernels=fused (default)
+    engine = PRMEngine.from_checkpoint(tiny_checkpoint, device="cpu", dtype="float32", cpu_kernels="fused")
     assert isinstance(engine.model, FusedTokenClassifier)
     model, _, _ = load_checkpoint(tiny_checkpoint)  # plain transformers, as training's evaluation runs it
     reference = score_encoded(model, [engine.encode(q, s) for q, s in ITEMS], engine.pad_id)
     assert flat(engine.score(ITEMS)) == pytest.approx(flat(reference), abs=1e-5)
     # one trajectory alone (no padding) scores as it does inside the padded batch
     assert engine.score(ITEMS[1:2])[0] == pytest.approx(engine.score(ITEMS)[1], abs=1e-6)
+
+
+def test_the_default_kernels_are_chosen_per_dtype_and_score_as_the_evaluation_path(tiny_checkpoint):
+    # side by side with vLLM (benchmarks/engine_vs_vllm.py): fused wins in bf16; in fp32 the plain forward
+    # wins on Intel (MKL's matmuls), fused elsewhere (AMD EPYC, where MKL's fp32 path is slow)
+    assert [auto_cpu_kernels(torch.bfloat16, v) for v in ("GenuineIntel", "AuthenticAMD")] == ["fused", "fused"]
+    assert [auto_cpu_kernels(torch.float32, v) for v in ("GenuineIntel", "AuthenticAMD", "HygonGenuine")] == ["torch", "fused", "fused"]
+    assert auto_cpu_kernels(torch.float16, "GenuineIntel") == "torch" and auto_cpu_kernels(torch.float32) == auto_cpu_kernels(torch.float32, cpu_vendor())
+    fp32 = PRMEngine.from_checkpoint(tiny_checkpoint, device="cpu", dtype="float32")  # cpu_kernels="auto" (default)
+    bf16 = PRMEngine.from_checkpoint(tiny_checkpoint, device="cpu", dtype="bfloat16")
+    if auto_cpu_kernels(torch.float32) == "torch":  # this CPU's choice, as the engine made it
+        assert type(fp32.model).__name__ == "LlamaForTokenClassification"  # the plain forward, no oneDNN repacking
+        assert not any(type(m).__name__ == "MkldnnLinear" for m in fp32.model.modules())
+    else:
+        assert isinstance(fp32.model, FusedTokenClassifier)
+    assert isinstance(bf16.model, FusedTokenClassifier) and next(bf16.model.parameters()).dtype == torch.bfloat16
+    model, _, _ = load_checkpoint(tiny_checkpoint)
+    reference = flat(score_encoded(model, [fp32.encode(q, s) for q, s in ITEMS], fp32.pad_id))
+    assert flat(fp32.score(ITEMS)) == pytest.approx(reference, abs=1e-5)
+    assert flat(bf16.score(ITEMS)) == pytest.approx(reference, abs=0.05)  # bf16 rounding
+    plain = PRMEngine.from_checkpoint(tiny_checkpoint, device="cpu", dtype="float32", cpu_kernels="torch")
+    assert type(plain.model).__name__ == "LlamaForTokenClassification" and flat(plain.score(ITEMS)) == pytest.approx(reference, abs=1e-5)
 
 
 def test_qwen2_with_qkv_biases_matches_transformers_at_every_real_position():

@@ -19,9 +19,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from prm_distill.cli import build_parser
-from prm_distill.serve import PRMEngine
+from prm_distill.serve import BackgroundServer, PRMEngine, ServerConfig
 from prm_distill.serve.client import wait_until_ready
-from prm_distill.serve.server import BackgroundServer, ServerConfig
 from prm_distill.steps import SplitConfig, split_steps
 
 ITEMS = [

@@ -9,9 +9,8 @@ import shutil
 
 import httpx
 
-from prm_distill.serve import PRMEngine
+from prm_distill.serve import BackgroundServer, PRMEngine, ServerConfig
 from prm_distill.serve.client import ClientConfig, PRMClient, wait_until_ready
-from prm_distill.serve.server import BackgroundServer, ServerConfig
 
 
 def test_a_sidecar_holding_nan_is_served_as_null_and_the_client_connects(tiny_checkpoint, tmp_path):

@@ -15,6 +15,10 @@ def make_judge(cfg: JudgeConfig) -> Judge:
         from .local import LocalJudge
 
         return LocalJudge(cfg)
+    if cfg.backend == "reference":
+        from .reference import ReferenceJudge
+
+        return ReferenceJudge(cfg)
     if cfg.backend == "montecarlo":
         from .montecarlo import MonteCarloJudge
 

@@ -10,15 +10,14 @@ import asyncio
 from dataclasses import dataclass
 from typing import AsyncIterator, Protocol
 
+from ...exits import Interrupted, Unavailable
 from ..prompts import Prompt
 
+__all__ = ["Completion", "Interrupted", "Judge", "JudgeUnavailable", "Request"]
 
-class JudgeUnavailable(RuntimeError):
+
+class JudgeUnavailable(Unavailable):
     """The judge could not answer after bounded retries; the job stops, keeping completed work."""
-
-
-class Interrupted(RuntimeError):
-    """A stop was requested (SIGTERM/SIGINT): answers in flight were delivered, nothing new was sent."""
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The demo's serving stage: the loaded engine behind the HTTP server on 127.0.0.1, a few held-out
+"""The pipeline's serve check: the loaded engine behind the HTTP server on 127.0.0.1, a few held-out
 trajectories scored over HTTP by the async client, latency printed, server stopped."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ async def _score_over_http(url: str, records: list[Trajectory]) -> tuple[list[fl
     from ..serve.client import PRMClient, wait_until_ready
 
     if not await wait_until_ready(url, timeout_s=120):  # the model "loads" after the socket opens
-        raise RuntimeError(f"the demo server at {url} did not become ready in 120 s")
+        raise RuntimeError(f"the serve check's server at {url} did not become ready in 120 s")
     client = await PRMClient.connect(url)
     try:
         latencies, scores = [], []

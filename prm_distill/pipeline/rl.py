@@ -1,6 +1,7 @@
-"""The demo's RL stage: the distilled PRM as a dense per-token scorer in the runner built from the
-trainer-style YAML (shipped in this package), scoring multi-turn rollouts and shaping advantages in
-every mode. The scorer borrows the demo's loaded engine (behind a `ScoreBatcher`): no model is loaded here.
+"""The pipeline's RL stage: the distilled PRM as a dense per-token scorer in the runner built from the
+trainer-style YAML (shipped in this package; configs/trainer_prm.yaml links to it), scoring
+multi-turn rollouts and shaping advantages in every mode. The scorer borrows the iteration's loaded
+engine (behind a `ScoreBatcher`): no model is loaded here.
 
 Rollouts are held-out synthetic problems answered in two turns (a solution, then a check asked by
 the user), one correct and one going wrong at a known step, tokenised with the policy tokenizer
@@ -22,7 +23,7 @@ from ..records import Trajectory
 from ..scorer import Interaction, ModelResponse, PRMRunner, load_prm_config, score_branches, shape_advantages
 from ..serve.batcher import ScoreBatcher
 
-TRAINER_PRM_CONFIG = "trainer_prm.yaml"  # package data; a copy of configs/trainer_prm.yaml
+TRAINER_PRM_CONFIG = "trainer_prm.yaml"  # package data (configs/trainer_prm.yaml is a link to it)
 
 MODES = ("process_weighted", "gvpo", "additive")
 

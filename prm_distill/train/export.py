@@ -1,0 +1,69 @@
+"""The end of a run: the dev report on the scores as the checkpoint will serve them, the exported
+checkpoint (merged weights + sidecar + training ids), and mid-run snapshots for learning curves."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+from ..checkpoint import Sidecar
+from ..encoding import StepEncoder
+from ..inference import score_encoded
+from ..metrics import best_threshold, report
+from ..records import Trajectory
+from ..verify import apply_rule, rule
+from .config import TrainJobConfig
+from .model import export
+
+log = logging.getLogger("prm_distill.train")
+
+
+def verifier_rule(cfg: TrainJobConfig) -> dict | None:
+    """The verifier rule the checkpoint will carry (None when disabled)."""
+    return rule(cfg.verifier.cap) if cfg.verifier.enabled else None
+
+
+def evaluate(model, encoder: StepEncoder, records: list[Trajectory], pad_id: int, threshold: float | None = None,
+             verifier: dict | None = None) -> dict:
+    """Dev report on the scores as the checkpoint will serve them (the verifier rule applied); with
+    threshold None the best-F1 threshold on these records is chosen."""
+    was_training = model.training
+    model.eval()
+    scores = score_encoded(model, [encoder.encode(r.question, r.steps) for r in records], pad_id)
+    model.train(was_training)
+    scores = apply_rule(verifier, [(r.question, r.steps) for r in records], scores)
+    labels = [r.labels for r in records]
+    errors = [r.first_error for r in records]
+    if threshold is None:
+        threshold = best_threshold(scores, errors)
+    return report(scores, labels, errors, threshold)
+
+
+def _sidecar(cfg: TrainJobConfig, tag_id: int, dev: dict | None, training: dict[str, Any]) -> Sidecar:
+    """The threshold is the dev-chosen one when the dev report has a defined F1, else none."""
+    ok = dev is not None and not math.isnan(dev["processbench_f1"])
+    return Sidecar(step_tag=cfg.model.step_tag, step_tag_id=tag_id, max_length=cfg.model.max_length,
+                   threshold=dev["threshold"] if ok and dev else None, verifier=verifier_rule(cfg), training=training)
+
+
+def export_final(model, tok, encoder: StepEncoder, dev: list[Trajectory], train_ids: list[str], pad_id: int, cfg: TrainJobConfig,
+                 tag_id: int, summary: dict[str, Any]) -> dict[str, Any]:
+    """Evaluate on dev, export to cfg.train.output_dir with the summary in the sidecar; returns the summary."""
+    out = Path(cfg.train.output_dir)
+    rep = evaluate(model, encoder, dev, pad_id, verifier=verifier_rule(cfg)) if dev else None
+    summary["dev"] = rep
+    export(model, tok, str(out), _sidecar(cfg, tag_id, rep, summary))
+    (out / "training_ids.txt").write_text("".join(i + "\n" for i in train_ids), encoding="utf-8")
+    return summary
+
+
+def snapshot(model, tok, encoder: StepEncoder, dev: list[Trajectory], pad_id: int, cfg: TrainJobConfig, tag_id: int, path: Path, at: dict,
+             is_copy: bool = False) -> None:
+    """Export a merged copy of the model as it is now (training goes on with the original; a
+    gathered copy is merged as is)."""
+    rep = evaluate(model, encoder, dev, pad_id, verifier=verifier_rule(cfg)) if dev else None
+    export((model if is_copy else copy.deepcopy(model)).eval(), tok, str(path), _sidecar(cfg, tag_id, rep, {**at, "dev": rep, "snapshot": True}))
+    log.info("snapshot at step %d -> %s (dev %s)", at["step"], path, rep)
