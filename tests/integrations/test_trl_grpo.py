@@ -18,6 +18,16 @@ PROMPTS = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _fresh_accelerate_state():
+    """GRPOTrainer sets accelerate's process-wide state (its own mixed precision); later tests in this
+    process build their own Accelerator, which accelerate refuses while that state lingers."""
+    yield
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+
+
 @pytest.mark.slow
 def test_grpo_trainer_runs_two_steps_with_the_prm_reward(tiny_backbone, tiny_checkpoint, tmp_path):
     from datasets import Dataset
