@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from prm_distill import calibration
 from prm_distill.aggregate import AGGREGATIONS, aggregate
-from prm_distill.serve.prompts import prompt_question, strip_end_markers
+from prm_distill.serve.prompts import message_text, prompt_question, strip_end_markers
 from prm_distill.steps import SplitConfig, StepSplitError, split_step_spans
 
 T = TypeVar("T")
@@ -68,22 +68,6 @@ def check_agg(agg: str) -> str:
     if agg not in AGGREGATIONS:
         raise ValueError(f"agg must be one of {'|'.join(AGGREGATIONS)}, got {agg!r}")
     return agg
-
-
-def message_text(message: Any) -> str:
-    """The text of a chat message (string content, or the text parts of OpenAI content parts)."""
-    if isinstance(message, str):
-        return message
-    if not isinstance(message, Mapping):
-        raise TypeError(f"expected a chat message mapping, got {type(message).__name__}")
-    content = message.get("content")
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, Sequence):
-        return "".join(p.get("text", "") for p in content if isinstance(p, Mapping) and p.get("type") == "text")
-    raise TypeError(f"unsupported message content {content!r}")
 
 
 def question_of(prompt: Any) -> str:

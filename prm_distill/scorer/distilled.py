@@ -64,6 +64,7 @@ from prm_distill.scorer.alignment import assign_tokens_to_steps, decode_with_off
 from prm_distill.scorer.contract import BaseScorer, BaseTrajectoryScorer, PRMMetricObservation, PRMScorerResult
 from prm_distill.serve import PRMEngine
 from prm_distill.serve.batcher import ScoreBatcher
+from prm_distill.serve.prompts import message_text
 from prm_distill.steps import SplitConfig, split_step_spans
 
 # for_shaping_mode -> (transform, placement)
@@ -96,20 +97,6 @@ def _choice(name: str, value: Any, allowed: Sequence[str]) -> str:
     if value not in allowed:
         raise ValueError(f"{name} must be one of {'|'.join(allowed)}, got {value!r}")
     return value
-
-
-def _message_text(message: Mapping[str, Any]) -> str:
-    """The text of a chat message; OpenAI content parts keep only their text parts."""
-    content = message.get("content")
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, Sequence):
-        return "".join(
-            part.get("text", "") for part in content if isinstance(part, Mapping) and part.get("type") == "text"
-        )
-    raise TypeError(f"unsupported message content {content!r}")
 
 
 def _load_tokenizer(policy_tokenizer: Any) -> Any:
@@ -242,13 +229,13 @@ class _DistilledPRM:
         messages = list(interaction.messages or [])
         if self.context == "question":
             for message in reversed(messages):
-                if message.get("role") == "user" and _message_text(message).strip():
-                    return _message_text(message)
+                if message.get("role") == "user" and message_text(message).strip():
+                    return message_text(message)
             raise ValueError(f"interaction {interaction.interaction_id!r} has no user message to use as the question")
         blocks = [
             f"{message.get('role')}: {text}"
             for message in messages
-            if message.get("role") != "system" and (text := _message_text(message).strip())
+            if message.get("role") != "system" and (text := message_text(message).strip())
         ]
         if not blocks:
             raise ValueError(f"interaction {interaction.interaction_id!r} has no conversation to use as the question")

@@ -14,8 +14,8 @@ import hmac
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import asdict
 from typing import Any
 
@@ -208,25 +208,34 @@ def create_app(
             chunks.append(chunk)
         return b"".join(chunks)
 
+    def check_access(request: Request) -> None:
+        if api_key is not None and not authorized(request.headers.get("authorization"), api_key):
+            raise RequestError(401, "unauthorized", "authorization: missing or wrong API key (send 'Authorization: Bearer KEY')",
+                               {"WWW-Authenticate": "Bearer"})
+        if state.batcher is None:
+            raise not_ready()
+
+    @contextmanager
+    def batcher_errors() -> Iterator[None]:
+        """A full queue or a closing batcher answers 503 with Retry-After, on every scoring route."""
+        try:
+            yield
+        except BatcherFullError as e:
+            raise RequestError(503, "queue_full", f"server busy: {e}", busy) from None
+        except BatcherClosedError:
+            raise RequestError(503, "shutting_down", "the server is shutting down", busy) from None
+
     @app.post(SCORE_PATH)
     async def score(request: Request) -> JSONResponse:
         start = time.perf_counter()
         accepted = 0
         try:
-            if api_key is not None and not authorized(request.headers.get("authorization"), api_key):
-                raise RequestError(401, "unauthorized", "authorization: missing or wrong API key (send 'Authorization: Bearer KEY')",
-                                   {"WWW-Authenticate": "Bearer"})
-            if state.batcher is None:
-                raise not_ready()
+            check_access(request)
             items = parse_score_request(await read_body(request), cfg)
             accepted = len(items)
             metrics.queue_depth.inc(accepted)
-            try:
-                scores = await _score_all(state.batcher, items)
-            except BatcherFullError as e:
-                raise RequestError(503, "queue_full", f"server busy: {e}", busy) from None
-            except BatcherClosedError:
-                raise RequestError(503, "shutting_down", "the server is shutting down", busy) from None
+            with batcher_errors():
+                scores = await _score_all(state.batcher, items)  # type: ignore[arg-type]  # check_access: not None
         except RequestError:
             raise
         except Exception as e:  # a failed forward pass answers 500 and the server goes on
@@ -245,13 +254,6 @@ def create_app(
         return answer(SCORE_PATH, 200, {"results": results, "model": state.engine.model_id, "timing_ms": timing_ms,
                                         "calibration_version": calibration.version_of(cal)})
 
-    def check_access(request: Request) -> None:
-        if api_key is not None and not authorized(request.headers.get("authorization"), api_key):
-            raise RequestError(401, "unauthorized", "authorization: missing or wrong API key (send 'Authorization: Bearer KEY')",
-                               {"WWW-Authenticate": "Bearer"})
-        if state.batcher is None:
-            raise not_ready()
-
     @app.post(REWARD_PATH)
     async def get_reward(request: Request) -> JSONResponse:
         """OpenRLHF's remote reward: `{"query", "prompts", "labels"}` -> one aggregated PRM score per query.
@@ -266,12 +268,8 @@ def create_app(
             items = parse_reward_request(await read_body(request), cfg)
             accepted = sum(item.fallback is None for item in items)
             metrics.queue_depth.inc(accepted)
-            try:
+            with batcher_errors():
                 outcomes = await _reward_all(state.batcher, items)  # type: ignore[arg-type]
-            except BatcherFullError as e:
-                raise RequestError(503, "queue_full", f"server busy: {e}", busy) from None
-            except BatcherClosedError:
-                raise RequestError(503, "shutting_down", "the server is shutting down", busy) from None
         except RequestError:
             raise
         except Exception as e:  # a failed forward pass answers 500 and the server goes on

@@ -8,6 +8,8 @@ steps, so `/get_reward` and the trainer adapters (`prm_distill.integrations`) st
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 # Chat-template markers that open the last user turn of a rendered prompt (ChatML, Llama 3, Gemma),
 # and those that end a turn.
@@ -39,3 +41,19 @@ def strip_end_markers(text: str) -> str:
             if stripped.endswith(marker):
                 stripped, changed = stripped[: -len(marker)].rstrip(), True
     return stripped
+
+
+def message_text(message: Any) -> str:
+    """The text of a chat message (a plain string, or string content, or the text parts of OpenAI content parts)."""
+    if isinstance(message, str):
+        return message
+    if not isinstance(message, Mapping):
+        raise TypeError(f"expected a chat message mapping, got {type(message).__name__}")
+    content = message.get("content")
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        return "".join(part.get("text", "") for part in content if isinstance(part, Mapping) and part.get("type") == "text")
+    raise TypeError(f"unsupported message content {content!r}")
