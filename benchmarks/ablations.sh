@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Equal-schedule ablations of the CPU recipe (issue 10): each run follows configs/recipe-cpu.yaml's
-# schedule step for step and stops at STOP steps (train.stop_at_step), then is scored on ProcessBench
+# schedule step for step and stops at STOP steps (optim.stop_at_step), then is scored on ProcessBench
 # GSM8K (thresholds from the dev split of the training sources). Needs the data of benchmarks/quality.sh.
 # Usage: benchmarks/ablations.sh [names...]   (default: all; names: both gsm8k prmbench layers24 layers30 pairwise mix noverifier)
 set -euo pipefail
@@ -13,8 +13,8 @@ G=runs/data/gsm8k P=runs/data/prmbench
 run() {  # name, overrides...
   local name=$1; shift
   local out="$ROOT/$name"
-  [ -f "$out/prm_distill.json" ] || $BIN/prm-distill train --config configs/recipe-cpu.yaml train.output_dir="$out" \
-      train.stop_at_step="$STOP" train.snapshot_steps=0 train.max_minutes=null "$@"
+  [ -f "$out/prm_distill.json" ] || $BIN/prm-distill train --config configs/recipe-cpu.yaml optim.output_dir="$out" \
+      optim.stop_at_step="$STOP" optim.snapshot_steps=0 optim.max_minutes=null "$@"
   $BIN/python benchmarks/quality.py --model "$out" --dev $G/dev.jsonl --dev $P/dev.jsonl --dev-limit 300 \
       --test "$DATA/processbench/gsm8k.json" --output "$out/quality.json" | tail -n 8
 }

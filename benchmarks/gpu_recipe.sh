@@ -87,7 +87,7 @@ cleanup() { if [ -n "$VLLM_PID" ]; then kill "$VLLM_PID" 2>/dev/null || true; wa
 trap cleanup EXIT
 
 # 1. data (and, with --smoke, the tiny backbone) --------------------------------------------------------
-TRAIN_ARGS=(--config configs/recipe-qwen-gpu.yaml train.output_dir="$OUT/model" train.max_minutes="$TRAIN_MINUTES")
+TRAIN_ARGS=(--config configs/recipe-qwen-gpu.yaml optim.output_dir="$OUT/model" optim.max_minutes="$TRAIN_MINUTES")
 if [ "$SMOKE" = 1 ]; then
     DATA_WHAT="40 GSM8K-style problems + variants" BACKBONE_WHAT="tiny Qwen2 (2 layers, d=64)"
     TESTS=("$OUT/inputs/processbench/gsm8k.json" "$OUT/inputs/processbench/math.json")
@@ -96,7 +96,7 @@ if [ "$SMOKE" = 1 ]; then
     BACKBONE_DIR=$OUT/inputs/backbone
     stage backbone "$PY" benchmarks/gpu_recipe.py tiny-backbone "$BACKBONE_DIR" || { table; exit 1; }
     TRAIN_ARGS+=(model.backbone="$BACKBONE_DIR" model.max_length=256 "data.train=[$OUT/inputs/data/gsm8k/train.jsonl]"
-                 "data.dev=[${DEVS[0]}]" train.max_steps=6 train.batch_size=8 train.mixed_precision='"no"' train.logging_steps=2)
+                 "data.dev=[${DEVS[0]}]" optim.max_steps=6 optim.batch_size=8 optim.mixed_precision='"no"' optim.logging_steps=2)
 else
     DATA_WHAT="GSM8K first-error variants + PRMBench" BACKBONE_WHAT=$(basename "${BACKBONE:-Qwen2.5-Coder-1.5B}")
     TESTS=("$DATA/processbench/gsm8k.json" "$DATA/processbench/math.json")

@@ -15,7 +15,7 @@ CONFIG=${CONFIG:-configs/recipe-cpu.yaml}
 [ -f runs/data/gsm8k/train.jsonl ] || $BIN/prm-distill data gsm8k --input "$DATA/gsm8k/train.jsonl" --output runs/data/gsm8k
 [ -f runs/data/prmbench/train.jsonl ] || $BIN/prm-distill data prmbench $(for f in "$DATA"/prmbench/train_*.jsonl; do printf -- '--input %s ' "$f"; done) --output runs/data/prmbench
 [ -z "${DATA_ONLY:-}" ] || exit 0   # DATA_ONLY=1: only build (or reuse) the data (benchmarks/gpu_recipe.sh)
-$BIN/prm-distill train --config "$CONFIG" train.output_dir="$OUT" "$@"
+$BIN/prm-distill train --config "$CONFIG" optim.output_dir="$OUT" "$@"
 $BIN/python benchmarks/quality.py --model "$OUT" --dev runs/data/gsm8k/dev.jsonl --dev runs/data/prmbench/dev.jsonl \
   --test "$DATA/processbench/gsm8k.json" --test "$DATA/processbench/math.json" \
   --snapshots "$OUT/snapshots" --output "$OUT/quality.json" ${QUALITY_ARGS:-}

@@ -10,6 +10,6 @@ PY=${PY:-.venv/bin/python}
 OUT=${OUT:-runs/prmbench}
 DATA=../shared/data
 [ -d "$DATA/prmbench" ] || { echo "needs $DATA (the shared reference data)"; exit 1; }
-/usr/bin/time -v $PY -m prm_distill.cli train --config configs/prmbench.yaml train.output_dir="$OUT" "$@" 2>&1 | tee "$OUT.train.log"
+/usr/bin/time -v $PY -m prm_distill.cli train --config configs/prmbench.yaml optim.output_dir="$OUT" "$@" 2>&1 | tee "$OUT.train.log"
 /usr/bin/time -v $PY -m prm_distill.cli eval --model "$OUT" --format processbench --device cpu \
   --data "$DATA/processbench/gsm8k.json" --data "$DATA/processbench/math.json" --output "$OUT.processbench.json" 2>&1 | tee "$OUT.eval.log"

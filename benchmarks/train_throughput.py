@@ -36,8 +36,8 @@ def main() -> None:
         for name, extra in variants.items():
             cfg = load_config(TrainJobConfig, None, [
                 f"model.backbone={args.backbone}", "model.max_length=256", f"data.train=[{data}]", "data.dev_fraction=0.0",
-                f"train.output_dir={Path(tmp) / 'out'}", f"train.max_steps={args.steps}", f"train.batch_size={args.batch_size}",
-                "train.eval_steps=0", "train.save_steps=0", f"train.logging_steps={args.steps}", *extra])
+                f"optim.output_dir={Path(tmp) / 'out'}", f"optim.max_steps={args.steps}", f"optim.batch_size={args.batch_size}",
+                "optim.eval_steps=0", "optim.save_steps=0", f"optim.logging_steps={args.steps}", *extra])
             results[name] = train(cfg)["tokens_per_s"]
     base = results["full fine-tuning"]
     print(f"{'variant':28}{'tokens/s':>10}{'vs full':>9}")

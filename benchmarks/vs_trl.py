@@ -292,11 +292,11 @@ def orchestrate(args: argparse.Namespace) -> None:
                                "--out", str(trl_dir), *common], env, commands)
     ours_overrides = [f"model.backbone={backbone}", f"model.max_length={args.max_length}",
                       f"data.train=[{out / 'rows' / 'ours_train.jsonl'}]", f"data.dev=[{out / 'rows' / 'ours_dev.jsonl'}]", "data.format=jsonl",
-                      "data.limit=null", "data.dev_limit=null", f"train.output_dir={ours_dir}", f"train.max_steps={args.steps}",
-                      f"train.batch_size={args.batch_size}", "train.gradient_accumulation_steps=1", "train.max_minutes=null",
-                      "train.stop_at_step=null", 'train.mixed_precision="no"', "train.eval_steps=0", "train.save_steps=0",
-                      "train.snapshot_steps=0", "train.resume=false", f"train.logging_steps={max(1, args.steps // 8)}",
-                      f"train.seed={args.seed}", *args.ours_override]
+                      "data.limit=null", "data.dev_limit=null", f"optim.output_dir={ours_dir}", f"optim.max_steps={args.steps}",
+                      f"optim.batch_size={args.batch_size}", "optim.gradient_accumulation_steps=1", "optim.max_minutes=null",
+                      "optim.stop_at_step=null", 'optim.mixed_precision="no"', "optim.eval_steps=0", "optim.save_steps=0",
+                      "optim.snapshot_steps=0", "optim.resume=false", f"optim.logging_steps={max(1, args.steps // 8)}",
+                      f"optim.seed={args.seed}", *args.ours_override]
     ours_cmd = [sys.executable, "-m", "prm_distill", "train", "--config", args.ours_config, *ours_overrides]
     stages["ours_train"] = stage(ours_dir, args.reuse, ours_cmd, env, commands)
 

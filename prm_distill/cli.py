@@ -9,7 +9,6 @@ command names it in `args.kept` once it knows its output folder) and how to resu
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
@@ -17,7 +16,7 @@ from pathlib import Path
 
 from . import exits, stop
 from .atomic import atomic_open, dumps, write_json
-from .config import ConfigError, help_text, load_config
+from .config import ConfigError, add_flags, flag_values, help_text, load_config
 from .records import FORMATS, RecordError, Trajectory, read_inputs, steps_of
 
 
@@ -28,7 +27,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         print("\n".join(help_text(TrainJobConfig)))
         return 0
     cfg = load_config(TrainJobConfig, args.config, args.overrides)
-    args.kept = f"the newest resumable checkpoint is kept in {Path(cfg.train.output_dir) / 'checkpoints'}"
+    args.kept = f"the newest resumable checkpoint is kept in {Path(cfg.optim.output_dir) / 'checkpoints'}"
     summary = train(cfg)
     dev = summary.get("dev")
     if dev:
@@ -89,10 +88,12 @@ def cmd_label(args: argparse.Namespace) -> int:
     return 0
 
 
-_ROLLOUT_FLAGS = {"problems": "problems", "output": "output", "k": "k", "temperature": "temperature", "max_new_tokens": "max_new_tokens",
-                  "seed": "seed", "split": "split", "limit": "limit", "policy": "policy.policy", "backend": "policy.backend",
-                  "base_url": "policy.base_url", "device": "policy.device", "batch_size": "policy.batch_size",
-                  "concurrency": "policy.concurrency", "policy_version": "policy.version"}
+# Shortcut flags of the YAML commands: option -> config key (type, choices and help come from the key's field).
+ROLLOUT_FLAGS = {"--policy": "policy.policy", "--problems": "problems", "--output": "output", "--k": "k", "--temperature": "temperature",
+                 "--max-new-tokens": "max_new_tokens", "--backend": "policy.backend", "--base-url": "policy.base_url", "--seed": "seed",
+                 "--dataset-split": "dataset_split", "--limit": "limit", "--device": "policy.device", "--batch-size": "policy.batch_size",
+                 "--concurrency": "policy.concurrency", "--policy-version": "policy.version"}
+RECALIBRATE_FLAGS = {"--method": "calibration.method"}
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
@@ -103,8 +104,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     if args.help_config:
         print("\n".join(help_text(RolloutConfig)))
         return 0
-    flags = [f"{key}={json.dumps(getattr(args, name))}" for name, key in _ROLLOUT_FLAGS.items() if getattr(args, name) is not None]
-    cfg = load_config(RolloutConfig, args.config, list(args.overrides) + flags)
+    cfg = load_config(RolloutConfig, args.config, args.overrides, values=flag_values(args, ROLLOUT_FLAGS))
     args.kept = f"completed shards are kept in {cfg.output}"
     s = run_rollout(cfg)
     acc = "n/a (no gold answers)" if s["accuracy"] is None else f"{s['accuracy']:.3f} (pass@{s['k']} {s['pass_at_k']:.3f})"
@@ -123,8 +123,7 @@ def cmd_recalibrate(args: argparse.Namespace) -> int:
     missing = [flag for flag, value in (("--model", args.model), ("--heldout", args.heldout), ("--output", args.output)) if not value]
     if missing:
         raise ValueError(f"the following arguments are required: {', '.join(missing)}")
-    overrides = list(args.overrides) + ([f"calibration.method={args.method}"] if args.method else [])
-    cfg = load_config(RecalibrateConfig, args.config, overrides)
+    cfg = load_config(RecalibrateConfig, args.config, args.overrides, values=flag_values(args, RECALIBRATE_FLAGS))
     if args.fresh:
         args.kept = f"the judge's answers on --fresh rollouts are cached in {Path(args.output) / 'fresh_label_cache.jsonl'}"
     rep = run_recalibration(args.model, args.heldout, args.output, fmt=args.format, fresh=args.fresh, label_config=args.label_config,
@@ -178,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="fine-tune a backbone into a PRM and export the checkpoint")
     t.add_argument("--config", help="YAML config (see configs/train.yaml)")
     t.add_argument("--help-config", action="store_true", help="list every config key with its default and help")
-    t.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. train.max_steps=50")
+    t.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. optim.max_steps=50")
     t.set_defaults(func=cmd_train)
 
     e = sub.add_parser("eval", help="evaluate a checkpoint on labelled files (AUROC, ECE, ProcessBench F1)")
@@ -215,21 +214,10 @@ def build_parser() -> argparse.ArgumentParser:
     lb.set_defaults(func=cmd_label)
 
     ro = sub.add_parser("rollout", help="k samples per problem from a policy, split into steps, answers checked (resumable): rollouts.jsonl")
-    ro.add_argument("--policy", help="policy model folder or hub name ('smollm2' = embedded SmolLM2-135M-Instruct); backend=openai: the served model name")
-    ro.add_argument("--problems", help="JSONL (GSM8K or question/answer), saved dataset folder, .parquet/.csv, hf:NAME[:CONFIG], or embedded[:N] (default)")
-    ro.add_argument("--output", help="output folder (rerun the same command to resume)")
-    ro.add_argument("--k", type=int, help="samples per problem (default 8)")
-    ro.add_argument("--temperature", type=float, help="sampling temperature (default 0.8)")
-    ro.add_argument("--max-new-tokens", type=int, help="most generated tokens per sample (default 512)")
-    ro.add_argument("--backend", choices=("auto", "vllm", "transformers", "openai"), help="default auto: vllm when installed, else transformers")
-    ro.add_argument("--base-url", help="backend=openai: base URL(s) ending in /v1, comma-separated for round robin")
-    ro.add_argument("--seed", type=int, help="base seed (default 0)")
-    ro.add_argument("--split", help="split of a dataset with several")
-    ro.add_argument("--limit", type=int, help="at most N problems")
-    ro.add_argument("--device", help="backend=transformers: cpu, cuda or auto")
-    ro.add_argument("--batch-size", type=int, help="backend=transformers: sequences per generate call")
-    ro.add_argument("--concurrency", type=int, help="backend=openai: requests in flight")
-    ro.add_argument("--policy-version", help="version recorded in every sample (default: weights fingerprint or the server's model root)")
+    from .rollout.config import RolloutConfig
+
+    add_flags(ro, RolloutConfig, ROLLOUT_FLAGS)
+    ro.add_argument("--split", dest="dataset_split", help=argparse.SUPPRESS)  # the old name of --dataset-split
     ro.add_argument("--config", help="YAML with rollout settings (see --help-config); flags override it")
     ro.add_argument("--help-config", action="store_true", help="list every setting with its default and help")
     ro.add_argument("overrides", nargs="*", help="key=value overrides, e.g. policy.vllm.tensor_parallel_size=2 policy.top_p=0.95")
@@ -244,7 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--history", help="folder of earlier reports; the newest is compared with this one")
     r.add_argument("--output", help="folder for report.json, report.md and the PNG plots")
     r.add_argument("--adopt", action="store_true", help="write the fitted calibration into the sidecar when it improves ECE on the evaluation split")
-    r.add_argument("--method", choices=("temperature", "isotonic"), help="calibration method (default temperature; same as calibration.method=...)")
+    from .recalibrate.config import RecalibrateConfig
+
+    add_flags(r, RecalibrateConfig, RECALIBRATE_FLAGS)
     r.add_argument("--config", help="YAML with recalibration settings (prm-distill recalibrate --help-config lists them)")
     r.add_argument("--help-config", action="store_true", help="list every setting with its default and help")
     r.add_argument("--device", default="cpu")
@@ -265,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
         pl.add_argument("--config", help="YAML merged into the embedded defaults (prm_distill/pipeline/defaults.yaml = configs/pipeline.yaml)")
         pl.add_argument("--iteration", type=int, default=1, help="iteration K (K > 1 continues from iteration K-1's checkpoint and report)")
         pl.add_argument("--help-config", action="store_true", help="list every setting with its embedded default and help")
-        pl.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. name=exp1 train.train.max_steps=50 rollout.k=4")
+        pl.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. name=exp1 train.optim.max_steps=50 rollout.k=4")
         pl.set_defaults(func=cmd_pipeline)
     return p
 

@@ -2,14 +2,18 @@
 
 Every job (train, label, ...) describes its settings as dataclasses with a help string per field;
 this module is the one loader, so unknown keys and wrong types fail the same way everywhere,
-naming the key.
+naming the key. A renamed key keeps working under its old name for a while: the field lists it in
+`metadata["aliases"]`, the loader reads it as the new one with a `FutureWarning`, and giving both is
+an error.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import types
 import typing
+import warnings
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -78,9 +82,37 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     return value
 
 
+def _dataclass_of(tp: Any) -> type | None:
+    """The dataclass a field holds (directly or as `X | None`), else None."""
+    for t in (tp, *typing.get_args(tp)):
+        if isinstance(t, type) and dataclasses.is_dataclass(t):
+            return t
+    return None
+
+
+def canonical(cls: type, data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """`data` with old key names (a field's `metadata["aliases"]`) renamed to the current ones, at
+    every level of nesting; a `FutureWarning` names each old key. Old and new name together is an error."""
+    hints = typing.get_type_hints(cls)
+    out = dict(data)
+    for f in dataclasses.fields(cls):
+        for old in f.metadata.get("aliases", ()):
+            if old not in out:
+                continue
+            if f.name in out:
+                raise ConfigError(f"{prefix}{old} and {prefix}{f.name} are the same setting ({old} is its old name): give only {prefix}{f.name}")
+            warnings.warn(f"config key {prefix}{old} is now {prefix}{f.name}; the old name still works but will go", FutureWarning, stacklevel=3)
+            out[f.name] = out.pop(old)
+        inner = _dataclass_of(hints[f.name])
+        if inner is not None and isinstance(out.get(f.name), dict):
+            out[f.name] = canonical(inner, out[f.name], f"{prefix}{f.name}.")
+    return out
+
+
 def build(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
     """Instantiate dataclass `cls` from a mapping, recursively; unknown keys are errors."""
     hints = typing.get_type_hints(cls)
+    data = canonical(cls, data, prefix)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
     unknown = set(data) - set(fields)
     if unknown:
@@ -129,10 +161,12 @@ def to_dict(obj: Any) -> dict[str, Any]:
     return dataclasses.asdict(obj)
 
 
-def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None, *, defaults: T | None = None) -> T:
-    """Defaults of `cls`, then the YAML file, then the overrides. With `defaults` (an instance of
-    `cls`), those values are the base and the file and overrides merge into them key by key, so
-    setting one key of a section keeps the other keys of `defaults` for that section."""
+def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None, *, defaults: T | None = None,
+                values: dict[str, Any] | None = None) -> T:
+    """Defaults of `cls`, then the YAML file, then the `key=value` overrides, then `values` (dotted key
+    -> value, e.g. from `flag_values`). With `defaults` (an instance of `cls`), those values are the
+    base and the rest merges into them key by key, so setting one key of a section keeps the other
+    keys of `defaults` for that section."""
     data: dict[str, Any] = dataclasses.asdict(defaults) if defaults is not None else {}  # type: ignore[call-overload]
     if path is not None:
         p = Path(path)
@@ -144,36 +178,95 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
             raise ConfigError(f"{p}: invalid YAML: {e}") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"{p}: expected a mapping at the top level")
-        data = merge(data, loaded)
-    data = merge(data, parse_overrides(overrides or []))
+        data = merge(data, canonical(cls, loaded))
+    data = merge(data, canonical(cls, parse_overrides(overrides or [])))
+    data = merge(data, canonical(cls, nest(values or {})))
     return build(cls, data)
 
 
+def _argument(parser: Any, flag: str, f: dataclasses.Field, hint: Any, *, default: Any, dest: str, also: str = "") -> None:
+    """One argparse option for field `f` (type hint `hint`): type, choices (`metadata["choices"]`) and
+    help come from the field, so a flag and its config key cannot drift apart."""
+    helptext = f.metadata.get("help", "") + also
+    choices = f.metadata.get("choices")
+    if hint is bool:
+        if default is None:  # a shortcut for a config key: unset leaves the config's value alone
+            parser.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, default=None, help=helptext)
+        elif default is True:
+            parser.add_argument("--no-" + flag[2:], dest=dest, action="store_false", help=f"Turn off: {helptext}")
+        else:
+            parser.add_argument(flag, dest=dest, action="store_true", help=helptext)
+        return
+    kind = next((t for t in typing.get_args(hint) if t is not type(None)), hint)
+    if default is dataclasses.MISSING:
+        parser.add_argument(flag, dest=dest, type=kind, choices=choices, required=True, help=helptext)
+        return
+    shown = f" (default: {f.default})" if default is not None and f.default is not None else ""
+    parser.add_argument(flag, dest=dest, type=kind, choices=choices, default=default, help=helptext + shown)
+
+
 def add_options(parser: Any, cls: type) -> None:
-    """One command-line option per field of dataclass `cls` (`--max-wait-ms`), help from the field:
-    the one dataclass-to-flags path (`serve`, `rerank`, `pairs`, `filter`; the YAML commands take
-    `key=value` overrides instead). A bool that defaults to True is turned off with `--no-NAME`, one
-    that defaults to False on with `--NAME`; a field without a default is required."""
+    """One command-line option per field of dataclass `cls` (`--max-wait-ms`), help from the field, for
+    the commands whose settings are flags only (`serve`, `rerank`, `pairs`, `filter`). A bool that
+    defaults to True is turned off with `--no-NAME`, one that defaults to False on with `--NAME`; a
+    field without a default is required."""
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
-        flag, helptext = "--" + f.name.replace("_", "-"), f.metadata.get("help", "")
-        if hints[f.name] is bool:
-            if f.default is True:
-                parser.add_argument("--no-" + f.name.replace("_", "-"), dest=f.name, action="store_false", help=f"Turn off: {helptext}")
-            else:
-                parser.add_argument(flag, dest=f.name, action="store_true", help=helptext)
-            continue
-        kind = next((t for t in typing.get_args(hints[f.name]) if t is not type(None)), hints[f.name])
-        if f.default is dataclasses.MISSING:
-            parser.add_argument(flag, dest=f.name, type=kind, required=True, help=helptext)
-        else:
-            shown = "" if f.default is None else f" (default: {f.default})"
-            parser.add_argument(flag, dest=f.name, type=kind, default=f.default, help=helptext + shown)
+        _argument(parser, "--" + f.name.replace("_", "-"), f, hints[f.name], default=f.default, dest=f.name)
 
 
 def from_options(cls: type[T], args: Any) -> T:
     """The dataclass `cls` from the options `add_options` added (an argparse namespace)."""
     return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
+
+
+def field_at(cls: type, key: str) -> tuple[dataclasses.Field, Any]:
+    """The field of dataclass `cls` at dotted `key` (`policy.base_url`) and its type hint."""
+    *sections, name = key.split(".")
+    for section in sections:
+        cls = _dataclass_of(typing.get_type_hints(cls)[section])  # type: ignore[assignment]
+        if cls is None:
+            raise KeyError(f"{key}: {section} is not a section")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    if name not in fields:
+        raise KeyError(f"{key}: no such key")
+    return fields[name], typing.get_type_hints(cls)[name]
+
+
+def add_flags(parser: Any, cls: type, flags: dict[str, str]) -> None:
+    """Shortcut options for config keys of the YAML commands (`rollout`, `recalibrate`): `flags` maps an
+    option (`--base-url`) to its dotted key (`policy.base_url`); type, choices and help come from the
+    field. An unset option leaves the key alone; `flag_values` collects the set ones for `load_config`."""
+    for flag, key in flags.items():
+        f, hint = field_at(cls, key)
+        default = f.default if f.default is not dataclasses.MISSING else None
+        _argument(parser, flag, f, hint, default=None, dest=_dest(flag), also=f" (config key {key}; default {default!r})")
+
+
+def _dest(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
+
+
+def flag_values(args: Any, flags: dict[str, str]) -> dict[str, Any]:
+    """The config keys of the shortcut options that were given (`add_flags`), by dotted key."""
+    return {key: getattr(args, _dest(flag)) for flag, key in flags.items() if getattr(args, _dest(flag)) is not None}
+
+
+def nest(values: dict[str, Any]) -> dict[str, Any]:
+    """`{"policy.base_url": v}` as `{"policy": {"base_url": v}}`."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        *sections, name = key.split(".")
+        node = out
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[name] = value
+    return out
+
+
+def _old_names(f: dataclasses.Field) -> str:
+    aliases = f.metadata.get("aliases", ())
+    return f" (old name: {', '.join(aliases)}, still read)" if aliases else ""
 
 
 def help_text(cls: type, prefix: str = "", defaults: Any = None) -> list[str]:
@@ -183,11 +276,13 @@ def help_text(cls: type, prefix: str = "", defaults: Any = None) -> list[str]:
     for f in dataclasses.fields(cls):
         tp = typing.get_type_hints(cls)[f.name]
         if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+            if f.metadata.get("aliases"):
+                lines.append(f"{prefix}{f.name}.* (section): {f.metadata.get('help', '')}{_old_names(f)}")
             lines += help_text(tp, prefix + f.name + ".", getattr(defaults, f.name) if defaults is not None else None)
             continue
         if defaults is not None:
             default = getattr(defaults, f.name)
         else:
             default = f.default if f.default is not dataclasses.MISSING else (f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
-        lines.append(f"{prefix}{f.name} ({default!r}): {f.metadata.get('help', '')}")
+        lines.append(f"{prefix}{f.name} ({default!r}): {f.metadata.get('help', '')}{_old_names(f)}")
     return lines

@@ -25,10 +25,17 @@ def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor,
     return ids, mask
 
 
-def tag_logits(logits: torch.Tensor, windows: Sequence[Window]) -> torch.Tensor:
-    """[n_tags, 2] logits at every window's tag positions, in window then position order."""
+def tag_index(windows: Sequence[Window]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows, cols) of every window's scored tag positions in a batch of `windows`, in window then
+    position order."""
     rows = torch.tensor([b for b, w in enumerate(windows) for _ in w.tag_positions], dtype=torch.long)
     cols = torch.tensor([p for w in windows for p in w.tag_positions], dtype=torch.long)
+    return rows, cols
+
+
+def tag_logits(logits: torch.Tensor, windows: Sequence[Window]) -> torch.Tensor:
+    """[n_tags, 2] logits at every window's tag positions, in window then position order."""
+    rows, cols = tag_index(windows)
     return logits[rows.to(logits.device), cols.to(logits.device)]
 
 
@@ -66,8 +73,12 @@ def score_encoded(
     for batch in length_buckets([len(w.input_ids) for _, w in flat], max_batch_tokens):
         windows = [flat[i][1] for i in batch]
         ids, mask = pad_batch([w.input_ids for w in windows], pad_id)
-        logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
-        probs = good_probability(tag_logits(logits, windows)).cpu().tolist()
+        if hasattr(model, "logits_at"):  # a runner that computes the tag positions only (serve/fused.py)
+            rows, cols = tag_index(windows)
+            at = model.logits_at(ids.to(device), mask.to(device), rows.to(device), cols.to(device))
+        else:
+            at = tag_logits(model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits, windows)
+        probs = good_probability(at).cpu().tolist()
         k = 0
         for i in batch:
             t, w = flat[i]

@@ -137,7 +137,7 @@ def _bare(err: RecordError) -> str:
     return msg
 
 
-def steps_of(obj: Mapping[str, Any], split: SplitConfig | None = None) -> Any:
+def steps_of(obj: Mapping[str, Any], splitter: SplitConfig | None = None) -> Any:
     """The steps of an input record: its `steps` as given (checked where the record is built), or
     its raw `response` cut by the shared splitter. The one reader of "steps or a response to split"
     (`score`, `label`, the HTTP server); RecordError names the field."""
@@ -147,7 +147,7 @@ def steps_of(obj: Mapping[str, Any], split: SplitConfig | None = None) -> Any:
     if not isinstance(response, str):
         raise RecordError("needs 'steps' (list of strings) or 'response' (string)", field="steps")
     try:
-        return split_steps(response, split)
+        return split_steps(response, splitter)
     except StepSplitError as e:
         raise RecordError(str(e), field="response") from None
 

@@ -13,7 +13,9 @@ boundaries. Fenced code blocks are never split.
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 _STEP_MARKER = re.compile(r"(?im)^[ \t]*(?:#{1,6}[ \t]*)?(?:\*\*)?step[ \t]*\d+\b")
 _NUMBERED = re.compile(r"(?m)^[ \t]*\d{1,3}[.)][ \t]+")
@@ -41,6 +43,19 @@ class SplitConfig:
             raise ValueError("SplitConfig: min_chars >= 0, max_chars >= 1 and sentences_per_step >= 1 are required")
         if self.min_chars >= self.max_chars:
             raise ValueError(f"SplitConfig: min_chars ({self.min_chars}) must be below max_chars ({self.max_chars})")
+
+
+def splitter_config(splitter: Mapping[str, Any] | SplitConfig | None = None, split: Mapping[str, Any] | SplitConfig | None = None) -> SplitConfig:
+    """The `SplitConfig` of a `splitter=` argument (a mapping of its fields or an instance; None =
+    defaults). `split=` is its old name, still read with a `FutureWarning`; both at once is an error."""
+    if split is not None:
+        if splitter is not None:
+            raise ValueError("give splitter only (split is its old name)")
+        warnings.warn("split= is now splitter=; the old name still works but will go", FutureWarning, stacklevel=3)
+        splitter = split
+    if isinstance(splitter, SplitConfig):
+        return splitter
+    return SplitConfig(**dict(splitter or {}))
 
 
 def _code_spans(text: str) -> list[tuple[int, int]]:

@@ -6,11 +6,11 @@ rule's cap; a step with nothing checkable, or only true statements, keeps its sc
 Labeling votes with the same checks (a veto) and scoring caps with them, so both read the same
 statements the same way.
 
-Checked: `12 + 5 = 17`, `4 x 6 = 24`, chains `$\\sqrt{144+81}=\\sqrt{225}=15$`,
-`\\frac{3}{4} \\cdot 8 = 6`, and a one-variable implication `2x + 3 = 7 \\Rightarrow x = 2` (the
-solution substituted back). Anything else (units in the expression, inequalities, equations to
-solve, text, unbalanced LaTeX, huge numbers) is "not checkable", never an error, and the time
-spent on one step is bounded.
+Checked: `12 + 5 = 17`, `4 x 6 = 24` (`statements`, which the data builder marks too), chains
+`$\\sqrt{144+81}=\\sqrt{225}=15$`, `\\frac{3}{4} \\cdot 8 = 6`, and a one-variable implication
+`2x + 3 = 7 \\Rightarrow x = 2` (the solution substituted back). Anything else (units in the
+expression, inequalities, equations to solve, text, unbalanced LaTeX, huge numbers) is "not
+checkable", never an error, and the time spent on one step is bounded.
 """
 
 from __future__ import annotations
@@ -37,12 +37,52 @@ class Check:
     holds: bool
 
 
-# -- plain-text arithmetic -------------------------------------------------------------------------
-_NUM = r"\d+(?:\.\d+)?"
+# -- plain-text arithmetic: what a statement is ------------------------------------------------
+# One definition for the verifier (`arithmetic`) and the data builder (`data.perturb.mark_statements`):
+# both must read the same text as the same statements, or a builder variant's error is one the
+# verifier cannot see (or a correct step it refutes).
+NUMBER = r"(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?"  # thousands commas only in groups of three
 _OP = r"[-+x×*/÷]"
+_TERM = rf"\$?-?{NUMBER}"  # `$` is currency here (callers drop LaTeX `$` delimiters first)
 # A statement starts at a number that does not continue an expression (`24 cups * 1/12 = 2` holds
-# no statement `1/12 = 2`) and ends where the expression ends; a question (`...?`) claims nothing.
-_STATEMENT = re.compile(rf"(?<![\w.^{{}}$\\*/+×÷=(-])(?<![*/+×÷=(-]\s)(-?{_NUM}(?:\s*{_OP}\s*-?{_NUM})+)\s*=\s*(-?{_NUM})(?![\w]|\.\d|\s*[{_OP[1:-1]}^(?])")
+# no statement `1/12 = 2`, nor `3 \times 4 + 2 = 14` one `4 + 2 = 14`) or a chain (`5 * 4 = 20 + 3
+# = 23`: the part after a number's `=` is a running total, not a claim; `Total = 3 + 4 = 7` is
+# one), and ends where the expression ends: a right side followed by more expression
+# (`6 * 2 = 10 + 2`) or a question (`...?`) claims nothing.
+_STATEMENT = re.compile(
+    r"(?<![\w.^{}$\\*/+×÷=(-])(?<!\d,)(?<![*/+×÷(-]\s)(?<!\bx\s)(?<!\\times\s)(?<!\\cdot\s)(?<!\\div\s)"
+    r"(?<![\d)]=)(?<![\d)]\s=)(?<![\d)]=\s)(?<![\d)]\s=\s)"
+    rf"(?P<expr>{_TERM}(?:\s*{_OP}\s*{_TERM})+)\s*=\s*\$?(?P<result>-?{NUMBER})"
+    rf"(?![\w]|\.\d|,\d|\s*[{_OP[1:-1]}^(?])"
+)
+
+
+@dataclass(frozen=True)
+class Statement:
+    """A plain-text arithmetic statement `a op b ... = c` (operators + - * / x × ÷, each number
+    optionally negative and after a `$`, thousands commas in groups of three)."""
+
+    span: tuple[int, int]  # the whole statement in the text
+    expr: str  # the left side as written
+    result: str  # the written right side: sign and commas kept, no `$`
+    result_span: tuple[int, int]  # where the written result stands (after any `$`): a mark goes there
+
+    @property
+    def expression(self) -> str:
+        """The left side in + - * / for `evaluate` (x, × and ÷ read as * and /; `$` and commas dropped)."""
+        return re.sub(r"[x×]", "*", self.expr).replace("÷", "/").replace("$", "").replace(",", "")
+
+    @property
+    def value(self) -> str:
+        """The written result as a plain number (`1,500` -> `1500`)."""
+        return self.result.replace(",", "")
+
+
+def statements(text: str) -> list[Statement]:
+    """Every arithmetic statement of plain text: the one reading shared by the verifier and the data builder."""
+    return [Statement(m.span(), m.group("expr"), m.group("result"), m.span("result")) for m in _STATEMENT.finditer(text)]
+
+
 _SCALE_WORDS = re.compile(r"\b(hundred|thousand|million|billion)s?\b", re.I)
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}\b)")
 _SCALES = {Fraction(10) ** k for k in (2, 3, 6, 9)}
@@ -102,13 +142,12 @@ def _close_as_fractions(expr: str, rhs: str) -> bool:
 
 
 def arithmetic(text: str) -> list[Check]:
-    """Plain-text equations of numbers (`a op b ... = c`)."""
+    """Plain-text equations of numbers (`a op b ... = c`, see `statements`), each checked."""
     text = _THOUSANDS.sub("", text)
     scaled = bool(_SCALE_WORDS.search(text))
     out = []
-    for m in _STATEMENT.finditer(text):
-        lhs, rhs = m.group(1), m.group(2)
-        expr = re.sub(r"[x×]", "*", lhs).replace("÷", "/")
+    for st in statements(text):
+        expr, rhs = st.expression, st.value
         try:
             left = _value(ast.parse(expr, mode="eval").body)
         except (ValueError, SyntaxError, ZeroDivisionError, RecursionError):
@@ -116,7 +155,7 @@ def arithmetic(text: str) -> list[Check]:
         holds = _close(left, rhs) or _close_as_fractions(expr, rhs)
         if not holds and scaled and left and (Fraction(rhs) / left) in _SCALES:
             continue  # "5 thousand dollars ... 5 * 3 = $15,000": the words carry the scale
-        out.append(Check(m.group(0), holds))
+        out.append(Check(text[st.span[0] : st.span[1]], holds))
     return out
 
 

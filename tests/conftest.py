@@ -84,13 +84,13 @@ def _train_overrides(backbone: Path, files: dict[str, Path], out: Path, **extra)
         "model.max_length": 256,
         "data.train": f"[{files['train']}]",
         "data.dev": f"[{files['dev']}]",
-        "train.output_dir": str(out),
-        "train.max_steps": 4,
-        "train.batch_size": 4,
-        "train.eval_steps": 0,
-        "train.save_steps": 0,
-        "train.logging_steps": 1,
-        "train.learning_rate": 1e-3,
+        "optim.output_dir": str(out),
+        "optim.max_steps": 4,
+        "optim.batch_size": 4,
+        "optim.eval_steps": 0,
+        "optim.save_steps": 0,
+        "optim.logging_steps": 1,
+        "optim.learning_rate": 1e-3,
         "lora.enabled": False,
     }
     base.update(extra)
@@ -143,6 +143,6 @@ def qwen2_checkpoint(tiny_qwen2_backbone, synthetic_files, tmp_path_factory) -> 
 
     out = tmp_path_factory.mktemp("qwen2_ckpt") / "model"
     overrides = _train_overrides(tiny_qwen2_backbone, synthetic_files, out, **{
-        "model.num_layers": 2, "train.learning_rate": 1e-2, "lora.enabled": True, "lora.top_layers": 1, "lora.r": 4, "lora.alpha": 8})
+        "model.num_layers": 2, "optim.learning_rate": 1e-2, "lora.enabled": True, "lora.top_layers": 1, "lora.r": 4, "lora.alpha": 8})
     assert main(["train", *overrides]) == 0
     return out

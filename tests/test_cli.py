@@ -87,12 +87,12 @@ def test_score_rejects_bad_lines_naming_them_and_writes_nothing(tiny_checkpoint,
 def test_missing_model_and_unknown_config_key_are_clear_errors(tmp_path, synthetic_files, capsys):
     assert main(["eval", "--model", str(tmp_path / "nope"), "--data", str(synthetic_files["test"])]) == 2
     assert "model folder not found" in capsys.readouterr().err
-    assert main(["train", "train.max_stepz=1"]) == 2
-    assert "train.max_stepz: unknown key" in capsys.readouterr().err
+    assert main(["train", "optim.max_stepz=1"]) == 2
+    assert "optim.max_stepz: unknown key" in capsys.readouterr().err
 
 
 def test_train_help_config_lists_every_key(capsys):
     assert main(["train", "--help-config"]) == 0
     out = capsys.readouterr().out
-    for key in ("model.backbone", "train.max_steps", "train.output_dir", "loss.kind", "lora.top_layers", "data.format"):
+    for key in ("model.backbone", "optim.max_steps", "optim.output_dir", "loss.kind", "lora.top_layers", "data.format"):
         assert key in out

@@ -20,5 +20,5 @@ def test_config_reference_is_current():
 
 def test_config_reference_lists_keys_users_set():
     text = _script().render()
-    for key in ("`model.backbone`", "`train.max_minutes`", "`judge.backend`", "`policy.policy`"):
+    for key in ("`model.backbone`", "`optim.max_minutes`", "`judge.backend`", "`policy.policy`"):
         assert key in text

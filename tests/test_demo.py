@@ -29,7 +29,7 @@ def test_demo_is_the_pipeline_command_with_the_same_options_and_defaults(capsys)
     assert main(["pipeline", "--help-config"]) == 0
     assert capsys.readouterr().out == demo_help
     # --help-config shows the main job's values (the packaged YAML), not the section classes' defaults
-    assert "train.train.max_steps (250):" in demo_help and "train.model.num_layers (16):" in demo_help and "name ('demo'):" in demo_help
+    assert "train.optim.max_steps (250):" in demo_help and "train.model.num_layers (16):" in demo_help and "name ('demo'):" in demo_help
 
 
 def test_the_embedded_defaults_are_the_one_packaged_yaml_and_write_the_documented_checkpoint():
@@ -38,7 +38,7 @@ def test_the_embedded_defaults_are_the_one_packaged_yaml_and_write_the_documente
     cfg = embedded_defaults()
     assert dataclasses.asdict(load_pipeline_config(None)) == dataclasses.asdict(cfg)
     data = yaml.safe_load(packaged)
-    assert cfg.train.train.max_minutes == data["train"]["train"]["max_minutes"] == 6 and cfg.train.train.save_steps == 0
+    assert cfg.train.optim.max_minutes == data["train"]["optim"]["max_minutes"] == 6 and cfg.train.optim.save_steps == 0
     assert cfg.label.verifier.alone and cfg.rollout.policy.policy == "smollm2" and cfg.rollout.policy.backend == "transformers"
     # `make demo` (= `prm-distill pipeline`) writes the checkpoint the docs name
     assert Context(cfg, 1).model_dir == Path("runs/demo/iter-1/train/model")
@@ -65,8 +65,8 @@ def test_demo_runs_the_main_job_loading_the_checkpoint_once(tiny_backbone, tmp_p
     tiny = {"name": "d", "root": str(tmp_path), "threads": 1, "data.synthetic_train": 32, "data.synthetic_dev": 12, "data.heldout_size": 24,
             "rollout.problems": "embedded:2", "rollout.k": 2, "rollout.max_new_tokens": 16, "rollout.progress": False,
             "rollout.policy.policy": str(tiny_backbone), "label.progress": False, "train.model.backbone": str(tiny_backbone),
-            "train.model.num_layers": "null", "train.lora.enabled": False, "train.lora.top_layers": "null", "train.train.max_steps": 3,
-            "train.train.batch_size": 4, "train.train.eval_steps": 0, "serve.n_requests": 2, "recalibrate.audit.max_trajectories": 6}
+            "train.model.num_layers": "null", "train.lora.enabled": False, "train.lora.top_layers": "null", "train.optim.max_steps": 3,
+            "train.optim.batch_size": 4, "train.optim.eval_steps": 0, "serve.n_requests": 2, "recalibrate.audit.max_trajectories": 6}
     assert main(["demo", *[f"{k}={v}" for k, v in tiny.items()]]) == 0
     it = tmp_path / "d" / "iter-1"
     assert capsys.readouterr().out.strip().splitlines()[-1] == f"report: {it / 'report.md'}"

@@ -90,7 +90,7 @@ def test_sigterm_during_a_short_command_exits_130(command, tiny_checkpoint, synt
 
 
 def _train_cmd(train_overrides, backbone: Path, files: dict, out: Path, max_steps: int) -> list[str]:
-    return [sys.executable, "-m", "prm_distill.cli", "train", *train_overrides(backbone, files, out, **{"train.max_steps": max_steps, "train.batch_size": 2})]
+    return [sys.executable, "-m", "prm_distill.cli", "train", *train_overrides(backbone, files, out, **{"optim.max_steps": max_steps, "optim.batch_size": 2})]
 
 
 def test_sigterm_stops_train_with_a_resumable_checkpoint_that_a_rerun_resumes(tiny_backbone, synthetic_files, train_overrides, tmp_path):

@@ -72,7 +72,7 @@ def test_every_file_of_an_exported_checkpoint_is_readable_by_others(tiny_backbon
     from prm_distill.train import TrainJobConfig, train
 
     out = tmp_path / "model"
-    train(load_config(TrainJobConfig, None, train_overrides(tiny_backbone, synthetic_files, out, **{"train.max_steps": 1})))
+    train(load_config(TrainJobConfig, None, train_overrides(tiny_backbone, synthetic_files, out, **{"optim.max_steps": 1})))
     files = [p for p in out.rglob("*") if p.is_file()]
     assert {"model.safetensors", "prm_distill.json", "training_ids.txt"} <= {p.name for p in files}
     assert {p.name: oct(mode(p)) for p in files} == {p.name: oct(0o644) for p in files}

@@ -108,7 +108,7 @@ def test_the_qwen_recipe_without_a_backbone_folder_is_a_clear_error(tmp_path, ca
 
     recipe = Path(__file__).resolve().parents[1] / "configs" / "recipe-qwen-cpu.yaml"
     cfg = load_config(TrainJobConfig, str(recipe), [])
-    assert (cfg.model.num_layers, cfg.lora.top_layers, cfg.train.mixed_precision) == (12, 6, "bf16")
+    assert (cfg.model.num_layers, cfg.lora.top_layers, cfg.optim.mixed_precision) == (12, 6, "bf16")
     with pytest.raises(BackboneError, match=r"backbone folder \./pass-model\.backbone=DIR does not exist"):
         resolve_backbone(cfg.model.backbone)
     with pytest.raises(BackboneError, match="does not exist"):

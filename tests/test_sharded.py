@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # linear decay from 1e-3 over 3 steps, no warmup; an evaluation and a saved state at step 2. No LoRA
 # dropout: under fsdp.yaml's cpu_ram_efficient_loading rank 1 builds the model on the meta device,
 # draws no initialisation random numbers, and so would draw other dropout masks than under DDP.
-OVERRIDES = {"train.max_steps": 3, "train.lr_scheduler": "linear", "train.warmup_ratio": 0.0, "train.eval_steps": 2, "train.save_steps": 2,
+OVERRIDES = {"optim.max_steps": 3, "optim.lr_scheduler": "linear", "optim.warmup_ratio": 0.0, "optim.eval_steps": 2, "optim.save_steps": 2,
              "lora.dropout": 0.0}
 # accelerate steps a prepared scheduler once per process at each optimizer step; the schedule must
 # still span max_steps: the logged lr after step k is 1e-3 * (3 - k) / 3

@@ -49,7 +49,7 @@ def test_export_reloads_in_plain_transformers_with_the_engine_numbers(tiny_check
 def test_training_moves_the_model_toward_the_labels(tiny_backbone, synthetic_files, train_overrides, tmp_path):
     """Twenty steps on a fixed batch of labels lower the loss: the loop really optimises."""
     out = tmp_path / "m"
-    summary = train(load_config(TrainJobConfig, None, train_overrides(tiny_backbone, synthetic_files, out, **{"train.max_steps": 20, "data.limit": 8, "train.batch_size": 8, "train.warmup_ratio": 0.0, "train.lr_scheduler": "constant"})))
+    summary = train(load_config(TrainJobConfig, None, train_overrides(tiny_backbone, synthetic_files, out, **{"optim.max_steps": 20, "data.limit": 8, "optim.batch_size": 8, "optim.warmup_ratio": 0.0, "optim.lr_scheduler": "constant"})))
     losses = [h["loss"] for h in summary["history"] if "loss" in h]
     assert len(losses) == 20 and losses[-1] < 0.7 * losses[0]
 
@@ -66,7 +66,7 @@ def test_lora_keeps_the_head_trainable_and_export_is_merged(tiny_backbone, synth
     assert any("layers.1." in n and "lora_" in n for n in trainable) and not any("layers.0." in n for n in trainable)
 
     out = tmp_path / "lora"
-    train(load_config(TrainJobConfig, None, train_overrides(tiny_backbone, synthetic_files, out, **{"lora.enabled": True, "lora.r": 4, "train.max_steps": 2})))
+    train(load_config(TrainJobConfig, None, train_overrides(tiny_backbone, synthetic_files, out, **{"lora.enabled": True, "lora.r": 4, "optim.max_steps": 2})))
     (weights,) = out.glob("*.safetensors")
     with safe_open(weights, "pt") as f:
         keys = list(f.keys())
@@ -76,7 +76,7 @@ def test_lora_keeps_the_head_trainable_and_export_is_merged(tiny_backbone, synth
 
 
 def test_resume_continues_where_it_stopped_and_matches_an_uninterrupted_run(tiny_backbone, synthetic_files, train_overrides, tmp_path):
-    common = {"train.max_steps": 6, "train.save_steps": 3, "train.batch_size": 4, "data.limit": 16}
+    common = {"optim.max_steps": 6, "optim.save_steps": 3, "optim.batch_size": 4, "data.limit": 16}
     straight = tmp_path / "straight"
     train(load_config(TrainJobConfig, None, train_overrides(tiny_backbone, synthetic_files, straight, **common)))
 
@@ -95,22 +95,35 @@ def test_resume_continues_where_it_stopped_and_matches_an_uninterrupted_run(tiny
 
 
 def test_config_overrides_and_errors_name_the_key(tmp_path):
-    cfg = load_config(TrainJobConfig, None, ["train.learning_rate=1e-3", "train.max_steps=7", "model.backbone=/x", "loss.kind=mix", "data.train=[a.jsonl,b.jsonl]"])
-    assert cfg.train.learning_rate == 0.001 and cfg.train.max_steps == 7 and cfg.model.backbone == "/x" and cfg.loss.kind == "mix" and cfg.data.train == ["a.jsonl", "b.jsonl"]
-    with pytest.raises(ConfigError, match=r"train\.max_stepz: unknown key"):
-        load_config(TrainJobConfig, None, ["train.max_stepz=3"])
-    with pytest.raises(ConfigError, match=r"train\.max_steps: expected an integer"):
-        load_config(TrainJobConfig, None, ["train.max_steps=many"])
+    cfg = load_config(TrainJobConfig, None, ["optim.learning_rate=1e-3", "optim.max_steps=7", "model.backbone=/x", "loss.kind=mix", "data.train=[a.jsonl,b.jsonl]"])
+    assert cfg.optim.learning_rate == 0.001 and cfg.optim.max_steps == 7 and cfg.model.backbone == "/x" and cfg.loss.kind == "mix" and cfg.data.train == ["a.jsonl", "b.jsonl"]
+    with pytest.raises(ConfigError, match=r"optim\.max_stepz: unknown key"):
+        load_config(TrainJobConfig, None, ["optim.max_stepz=3"])
+    with pytest.raises(ConfigError, match=r"optim\.max_steps: expected an integer"):
+        load_config(TrainJobConfig, None, ["optim.max_steps=many"])
     with pytest.raises(ConfigError, match=r"loss: .*loss.kind must be one of"):
         load_config(TrainJobConfig, None, ["loss.kind=hinge"])
-    (tmp_path / "c.yaml").write_text("train:\n  max_steps: 9\nmodel:\n  max_length: 128\n")
-    cfg = load_config(TrainJobConfig, tmp_path / "c.yaml", ["train.max_steps=11"])
-    assert cfg.train.max_steps == 11 and cfg.model.max_length == 128
+    (tmp_path / "c.yaml").write_text("optim:\n  max_steps: 9\n  learning_rate: 0.01\nmodel:\n  max_length: 128\n")
+    cfg = load_config(TrainJobConfig, tmp_path / "c.yaml", ["optim.max_steps=11"])
+    assert cfg.optim.max_steps == 11 and cfg.optim.learning_rate == 0.01 and cfg.model.max_length == 128
+
+
+def test_the_old_train_section_name_still_loads_with_a_warning(tmp_path):
+    """`train:` (in a train config; `train.train.` in the pipeline's) was renamed `optim:`: an old file and
+    old overrides keep working, each with a FutureWarning naming the new key, and mixing both is refused."""
+    (tmp_path / "old.yaml").write_text("train:\n  max_steps: 9\n  learning_rate: 0.01\n")
+    with pytest.warns(FutureWarning, match=r"config key train is now optim"):
+        cfg = load_config(TrainJobConfig, tmp_path / "old.yaml", ["optim.max_steps=11"])
+    assert (cfg.optim.max_steps, cfg.optim.learning_rate) == (11, 0.01)  # old file, new override: merged key by key
+    with pytest.warns(FutureWarning):
+        assert load_config(TrainJobConfig, None, ["train.max_steps=5"]).optim.max_steps == 5
+    with pytest.raises(ConfigError, match=r"train and optim are the same setting .*give only optim"):
+        load_config(TrainJobConfig, None, ["train.max_steps=5", "optim.max_steps=6"])
 
 
 def test_shipped_config_loads():
     cfg = load_config(TrainJobConfig, Path(__file__).resolve().parents[1] / "configs" / "train.yaml")
-    assert cfg.model.backbone == "smollm2" and cfg.train.output_dir
+    assert cfg.model.backbone == "smollm2" and cfg.optim.output_dir
 
 
 def test_backbone_without_a_tokenizer_is_a_clear_error(tiny_backbone, tmp_path):
@@ -142,7 +155,7 @@ def test_accelerate_launch_with_two_processes(tiny_backbone, synthetic_files, tr
     out = tmp_path / "ddp"
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(ROOT / "configs" / "accelerate" / "ddp-cpu.yaml"),
            "-m", "prm_distill.cli", "train",  # the shipped 2-process config: torchrun; CPU-only hosts get gloo
-           *train_overrides(tiny_backbone, synthetic_files, out, **{"train.max_steps": 3, "train.save_steps": 2})]
+           *train_overrides(tiny_backbone, synthetic_files, out, **{"optim.max_steps": 3, "optim.save_steps": 2})]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "2 process(es)" in proc.stdout
@@ -157,8 +170,8 @@ def test_accelerate_launch_with_two_processes(tiny_backbone, synthetic_files, tr
 @pytest.mark.parametrize("save_steps", [100, 0])  # 0: the pipeline's setting; the budget saves the checkpoint anyway
 def test_time_budget_stops_exports_and_leaves_a_resumable_checkpoint(save_steps, tiny_backbone, synthetic_files, train_overrides, tmp_path):
     out = tmp_path / "budget"
-    over = {"train.max_steps": 3, "train.save_steps": save_steps, "data.limit": 8}
-    first = train(load_config(TrainJobConfig, None, train_overrides(tiny_backbone, synthetic_files, out, **over, **{"train.max_minutes": 1e-6})))
+    over = {"optim.max_steps": 3, "optim.save_steps": save_steps, "data.limit": 8}
+    first = train(load_config(TrainJobConfig, None, train_overrides(tiny_backbone, synthetic_files, out, **over, **{"optim.max_minutes": 1e-6})))
     assert first["steps"] == 1 and (out / SIDECAR_NAME).is_file()  # stopped after one step, still exported
     assert (out / "checkpoints" / "step-1" / "trainer_state.json").is_file()
     second = train(load_config(TrainJobConfig, None, train_overrides(tiny_backbone, synthetic_files, out, **over)))

@@ -12,8 +12,8 @@ from prm_distill.train import TrainJobConfig, train
 def test_stop_at_step_keeps_the_long_schedule_and_snapshots_are_servable(tiny_backbone, synthetic_files, train_overrides, tmp_path):
     out = tmp_path / "m"
     overrides = train_overrides(tiny_backbone, synthetic_files, out, **{
-        "train.max_steps": 8, "train.stop_at_step": 3, "train.snapshot_steps": 2, "train.warmup_ratio": 0.0,
-        "train.lr_scheduler": "linear", "data.dev_limit": 5,
+        "optim.max_steps": 8, "optim.stop_at_step": 3, "optim.snapshot_steps": 2, "optim.warmup_ratio": 0.0,
+        "optim.lr_scheduler": "linear", "data.dev_limit": 5,
     })
     summary = train(load_config(TrainJobConfig, None, overrides))
     assert summary["steps"] == 3

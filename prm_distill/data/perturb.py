@@ -16,14 +16,14 @@ import re
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
-from ..verify import NotComputable, evaluate  # the one arithmetic evaluator
+from ..verify import NUMBER as _NUMBER, NotComputable, evaluate, statements  # the one evaluator, the one reading of a statement and of a number
 
 __all__ = ["KINDS", "NotComputable", "Perturber", "evaluate", "fmt", "mark_statements", "num"]
 
 KINDS = ("miscalculation", "wrong_quantity", "wrong_operation", "misread_relation", "dropped_term")
 
 ANNOTATION = re.compile(r"<<([^<>=]+)=([^<>]+)>>")
-NUMBER = re.compile(r"(?<![\w.])(\d[\d,]*(?:\.\d+)?)(?![\d])")
+NUMBER = re.compile(rf"(?<![\w.])({_NUMBER})(?![\d])")  # a number in text, as a statement reads one
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 _VISIBLE_OPS = {"+": r"\+", "-": r"(?<=[\d\s$)])-(?=[\s\d$(])", "*": r"[*x×]", "/": r"[/÷]"}
 _SWAP = {"+": "-", "-": "+", "*": "/", "/": "*"}
@@ -59,7 +59,8 @@ class Line:
         return "".join(c.pre + c.tail_gap + c.result for c in self.parts) + self.tail
 
 
-_MARK_WITH_RESULT = re.compile(r"<<([^<>=]+)=([^<>]+)>>(\$?)(-?\d[\d,]*(?:\.\d+)?)")
+# the written result read as a statement reads it: `$<<10/2=5>>5, so` writes 5, not "5,"
+_MARK_WITH_RESULT = re.compile(rf"<<([^<>=]+)=([^<>]+)>>(\$?)(-?{_NUMBER})")
 
 
 def parse_line(text: str) -> Line:
@@ -71,16 +72,17 @@ def parse_line(text: str) -> Line:
     return Line(parts, ANNOTATION.sub("", text[pos:]))
 
 
-_STATEMENT = re.compile(r"(?<![\w.])(\d[\d,]*(?:\.\d+)?(?:\s*[-+x×*/÷]\s*\d[\d,]*(?:\.\d+)?)+)(\s*=\s*\$?)(\d[\d,]*(?:\.\d+)?)(?![\w]|\.\d)")
-
-
 def mark_statements(text: str) -> str:
-    """Put a `<<expr=result>>` mark before the result of every arithmetic statement of plain text,
-    so steps that were not written with annotations vary the same way."""
-    def sub(m: re.Match) -> str:
-        return f"{m.group(1)}{m.group(2)}<<{m.group(1)}={m.group(3)}>>{m.group(3)}"
-
-    return _STATEMENT.sub(sub, text)
+    """Put a `<<expr=result>>` mark before the written result of every arithmetic statement of plain
+    text (`verify.statements`, the verifier's reading), so steps that were not written with
+    annotations vary the same way. The result is kept as written, right or wrong: the mark records
+    what the step claims, `evaluate` what it should be."""
+    out, pos = [], 0
+    for st in statements(text):
+        at = st.result_span[0]
+        out += [text[pos:at], f"<<{st.expression}={st.result}>>"]
+        pos = at
+    return "".join(out) + text[pos:]
 
 
 def _operands(expr: str) -> list[str]:

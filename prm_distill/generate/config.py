@@ -19,7 +19,7 @@ class PolicyConfig:
     policy: str = field(default="smollm2", metadata={"help": (
         "Model folder or hub name ('smollm2' = the embedded SmolLM2-135M-Instruct); for backend=openai the model name "
         "sent to the server.")})
-    backend: str = field(default="auto", metadata={"help": "auto (vllm when importable, else transformers) | transformers | vllm | openai."})
+    backend: str = field(default="auto", metadata={"choices": BACKENDS, "help": "auto (vllm when importable, else transformers) | transformers | vllm | openai."})
     base_url: str = field(default="http://127.0.0.1:8000/v1", metadata={"help": (
         "backend=openai: base URL ending in /v1; several comma-separated URLs are used round robin, skipping those that"
         " fail their health check.")})

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from prm_distill import calibration
 from prm_distill.aggregate import AGGREGATIONS, aggregate
 from prm_distill.serve.prompts import message_text, prompt_question, strip_end_markers
-from prm_distill.steps import SplitConfig, StepSplitError, split_step_spans
+from prm_distill.steps import SplitConfig, StepSplitError, split_step_spans, splitter_config
 
 T = TypeVar("T")
 
@@ -115,6 +115,7 @@ class PRMBackend:
         dtype: str | None = None,
         max_batch_tokens: int = 16384,
         calibrate: bool = True,
+        splitter: Mapping[str, Any] | SplitConfig | None = None,
         split: Mapping[str, Any] | SplitConfig | None = None,
         client_config: Any = None,
         engine: Any = None,
@@ -122,7 +123,7 @@ class PRMBackend:
         given = sum(x is not None for x in (model, url, engine))
         if given != 1:
             raise ValueError("give exactly one of model (a checkpoint folder), url (a prm-distill serve server) or engine")
-        self.split = split if isinstance(split, SplitConfig) else SplitConfig(**dict(split or {}))
+        self.splitter = splitter_config(splitter, split)
         self.calibrate = calibrate
         self.url = url
         self._lock = threading.Lock()
@@ -181,7 +182,7 @@ class PRMBackend:
         if not question.strip():
             raise UnscorableError("no_question", "the prompt has no question text")
         try:
-            spans = split_step_spans(response, self.split)
+            spans = split_step_spans(response, self.splitter)
         except StepSplitError as e:
             raise UnscorableError("unsplittable", f"the response cannot be split into steps: {e}") from None
         return [response[s:e] for s, e in spans], spans

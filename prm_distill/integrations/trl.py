@@ -60,7 +60,7 @@ class PRMReward:
         """`model`: a checkpoint folder (scored in-process) or `url`: a `prm-distill serve` server.
         `question_column`: a dataset column holding the bare question (default: the last user
         message of the prompt). `backend_options` go to `PRMBackend` (device, dtype, api_key,
-        split, calibrate). `name` is what TRL logs the reward as (`rewards/<name>/mean`)."""
+        splitter, calibrate). `name` is what TRL logs the reward as (`rewards/<name>/mean`)."""
         self.agg = check_agg(agg)
         self.gamma = gamma
         if outcome is not None and not callable(outcome):

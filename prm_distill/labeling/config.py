@@ -172,7 +172,7 @@ class LabelJobConfig:
     judge: JudgeConfig = field(default_factory=JudgeConfig, metadata={"help": "The primary judge."})
     judges: list[JudgeConfig] = field(default_factory=list, metadata={"help": "Further judges voting together with the primary one (per-judge agreement is reported)."})
     verifier: VerifierConfig = field(default_factory=VerifierConfig, metadata={"help": "Arithmetic verifier."})
-    split: SplitConfig = field(default_factory=SplitConfig, metadata={"help": "Step splitter bounds for inputs given as `response`."})
+    splitter: SplitConfig = field(default_factory=SplitConfig, metadata={"aliases": ("split",), "help": "Step splitter bounds for inputs given as `response` (the shared splitter; rollout and the RL scorer must use the same)."})
     negatives: NegativesConfig = field(default_factory=NegativesConfig, metadata={"help": "Hard negatives."})
     anchor: AnchorConfig = field(default_factory=AnchorConfig, metadata={"help": "Answer anchoring."})
     consensus: ConsensusConfig = field(default_factory=ConsensusConfig, metadata={"help": "Monte-Carlo / LLM-judge consensus filtering."})

@@ -47,7 +47,7 @@ def read_rollouts(path: str, cfg: LabelJobConfig) -> tuple[list[Trajectory], lis
 def _rollout(obj: dict[str, Any], cfg: LabelJobConfig) -> Trajectory:
     if obj.get("id") in (None, ""):
         raise RecordError("missing (an id is needed to resume)", field="id")
-    steps = steps_of(obj, cfg.split)
+    steps = steps_of(obj, cfg.splitter)
     meta = dict(obj.get("metadata") or {}) if isinstance(obj.get("metadata", {}), dict) else None
     if meta is None:
         raise RecordError("must be an object", field="metadata")

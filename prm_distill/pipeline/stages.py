@@ -144,7 +144,7 @@ def train_config(ctx: Context) -> Any:
     cfg.data.train = [str(ctx.folder("label") / "labels.jsonl"), *([str(data / "train.jsonl")] if ctx.cfg.data.synthetic_train else []),
                       *ctx.cfg.train.data.train]
     cfg.data.dev = list(ctx.cfg.train.data.dev) or [str(data / "dev.jsonl")]
-    cfg.train.output_dir = str(ctx.model_dir)
+    cfg.optim.output_dir = str(ctx.model_dir)
     if ctx.previous_model is not None:
         cfg.model.backbone = str(ctx.previous_model)  # iteration K+1 continues from iteration K's checkpoint
     return cfg

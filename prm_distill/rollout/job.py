@@ -40,7 +40,8 @@ def sample_seed(seed: int, problem_id: str, j: int) -> int:
 
 
 def _identity(cfg: RolloutConfig) -> dict[str, Any]:
-    return {"problems": cfg.problems, "split": cfg.split, "k": cfg.k, "temperature": cfg.temperature, "max_new_tokens": cfg.max_new_tokens,
+    return {"problems": cfg.problems, "split": cfg.dataset_split,  # job.json key kept: folders rolled out before the rename resume
+            "k": cfg.k, "temperature": cfg.temperature, "max_new_tokens": cfg.max_new_tokens,
             "seed": cfg.seed, "top_p": cfg.policy.top_p, "instruction": cfg.policy.instruction, "policy": cfg.policy.policy}
 
 
@@ -57,7 +58,7 @@ def _done(out: Path) -> dict[str, dict[str, Any]]:
 def make_record(problem: Problem, j: int, gen: Generation, policy: Policy, cfg: RolloutConfig, seed: int) -> dict[str, Any]:
     """One rollout: the response split with the shared splitter, its answer checked against the gold one."""
     try:
-        steps = split_steps(gen.text, cfg.steps)
+        steps = split_steps(gen.text, cfg.splitter)
     except StepSplitError:
         steps = []  # an empty response is kept (it is what the policy did); `prm-distill label` skips it with a warning
     pred = extract_answer(gen.text)
@@ -115,7 +116,7 @@ def run_rollout(cfg: RolloutConfig, policy: Policy | None = None) -> dict[str, A
 
     t0 = time.perf_counter()
     out = Path(cfg.output)
-    problems = load_problems(cfg.problems, split=cfg.split, limit=cfg.limit)
+    problems = load_problems(cfg.problems, split=cfg.dataset_split, limit=cfg.limit)
     out.mkdir(parents=True, exist_ok=True)
     _check_job(out, cfg, None)
     done = _done(out)

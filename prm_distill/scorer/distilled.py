@@ -35,7 +35,7 @@ configured mode would misread (signed or fail_only under process_weighted, prob 
   unavailable, timeout (`timeout_s`), a malformed answer. Nothing fails into a silent zero.
 - Observations per turn: `mean_step_score` (float, mean of calibrated P) and
   `first_failing_step_found` (boolean, count/rate: some step has P < threshold).
-- `split`: `SplitConfig` fields; they must match the ones used at labeling.
+- `splitter`: `SplitConfig` fields; they must match the ones used at labeling (`split` is the old name).
 - In-process only: `device`, `dtype`, `max_batch_tokens`, `max_wait_ms`, `max_queue` (see `ScoreBatcher`).
 
 The model sits behind a backend seam: anything with `async score(question, steps) -> list[float]`
@@ -65,7 +65,7 @@ from prm_distill.scorer.contract import BaseScorer, BaseTrajectoryScorer, PRMMet
 from prm_distill.serve import PRMEngine
 from prm_distill.serve.batcher import ScoreBatcher
 from prm_distill.serve.prompts import message_text
-from prm_distill.steps import SplitConfig, split_step_spans
+from prm_distill.steps import split_step_spans, splitter_config
 
 # for_shaping_mode -> (transform, placement)
 SHAPING_DEFAULTS: dict[str, tuple[str, str]] = {
@@ -130,6 +130,7 @@ class _DistilledPRM:
         calibrate: bool = True,
         empty_response: str = "reject",
         timeout_s: float = 60.0,
+        splitter: Mapping[str, Any] | None = None,
         split: Mapping[str, Any] | None = None,
         device: str = "auto",
         dtype: str | None = None,
@@ -161,7 +162,7 @@ class _DistilledPRM:
         self.timeout_s = float(timeout_s)
         if threshold is not None and not (isinstance(threshold, (int, float)) and 0 < threshold < 1):
             raise ValueError(f"threshold must lie strictly between 0 and 1, got {threshold!r}")
-        self.split = SplitConfig(**dict(split or {}))
+        self.splitter = splitter_config(splitter, split)
         self.tokenizer = _load_tokenizer(policy_tokenizer)
 
         self._closed = False
@@ -254,7 +255,7 @@ class _DistilledPRM:
                     "(set empty_response: zero to give such turns a deliberate 0.0)"
                 )
             return None
-        spans = split_step_spans(text, self.split)
+        spans = split_step_spans(text, self.splitter)
         return _PreparedTurn([text[start:end] for start, end in spans], assign_tokens_to_steps(ends, spans))
 
     async def _prepare_all(self, interactions: Sequence[Any]) -> list[_PreparedTurn | None]:

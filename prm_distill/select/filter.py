@@ -69,11 +69,11 @@ def _precision(rows: list[tuple[bool, bool | None]]) -> dict[str, Any] | None:
 
 
 def run_filter(scorer: StepScorer, input_path: str | Path, output: str | Path, cfg: FilterConfig,
-               dropped: str | Path | None = None, split: SplitConfig | None = None, progress: bool = True) -> dict[str, Any]:
+               dropped: str | Path | None = None, splitter: SplitConfig | None = None, progress: bool = True) -> dict[str, Any]:
     """Keep or drop every record not yet in `output` or the dropped file; a summary and a histogram beside them."""
     output = Path(output)
     dropped = Path(dropped) if dropped else output.with_name(output.stem + ".dropped.jsonl")
-    samples, invalid = read_samples(input_path, split)
+    samples, invalid = read_samples(input_path, splitter)
     check_job(output.with_name(output.stem + ".job.json"), {"command": "filter", "model": scorer.model_id,
                                                               **{k: v for k, v in asdict(cfg).items() if k != "batch_size"}})
     with AppendLog(output) as kept_log, AppendLog(dropped) as dropped_log:

@@ -54,11 +54,11 @@ class Sample:
         return all(lab >= 0.5 for lab in known) if known else None
 
 
-def parse_record(obj: Any, line: int, split: SplitConfig | None = None) -> Sample:
+def parse_record(obj: Any, line: int, splitter: SplitConfig | None = None) -> Sample:
     """A Sample, or RecordError naming the field."""
     if not isinstance(obj, dict):
         raise RecordError(f"expected a JSON object, got {type(obj).__name__}")
-    steps = steps_of(obj, split)
+    steps = steps_of(obj, splitter)
     gold = obj.get("answer")
     if gold is not None and (isinstance(gold, bool) or not isinstance(gold, (str, int, float))):
         raise RecordError(f"must be a string or a number, got {gold!r}", field="answer")
@@ -68,10 +68,10 @@ def parse_record(obj: Any, line: int, split: SplitConfig | None = None) -> Sampl
                   outcome=t.outcome, gold=None if gold is None else str(gold))
 
 
-def read_samples(path: str | os.PathLike, split: SplitConfig | None = None) -> tuple[list[Sample], list[dict[str, Any]]]:
+def read_samples(path: str | os.PathLike, splitter: SplitConfig | None = None) -> tuple[list[Sample], list[dict[str, Any]]]:
     """(valid samples, invalid lines as {"line", "error"}); a duplicate id is invalid too (`records.read_inputs`' policy)."""
     invalid: list[dict[str, Any]] = []
-    samples = read_inputs(path, lambda obj, line: parse_record(obj, line, split), key=lambda s: s.id, skipped=invalid)
+    samples = read_inputs(path, lambda obj, line: parse_record(obj, line, splitter), key=lambda s: s.id, skipped=invalid)
     return samples, invalid
 
 

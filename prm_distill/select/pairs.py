@@ -141,13 +141,13 @@ def _answer_agreement(pairs: list[Pair]) -> dict[str, int]:
 
 
 def run_pairs(scorer: StepScorer, input_path: str | Path, output: str | Path, cfg: PairsConfig,
-              split: SplitConfig | None = None, progress: bool = True) -> dict[str, Any]:
+              splitter: SplitConfig | None = None, progress: bool = True) -> dict[str, Any]:
     """Pairs of every problem not yet done, appended to `output`; a summary beside it.
 
     A problem is done once its line is in `<output stem>.progress.jsonl` (written after its pairs);
     pairs of a problem cut off between the two writes are removed on the rerun, then redone."""
     output = Path(output)
-    samples, invalid = read_samples(input_path, split)
+    samples, invalid = read_samples(input_path, splitter)
     groups = group_by_question(samples)
     progress_path = output.with_name(output.stem + ".progress.jsonl")
     check_job(output.with_name(output.stem + ".job.json"), {"command": "pairs", "model": scorer.model_id, **asdict(cfg)})

@@ -136,12 +136,12 @@ def format_table(report: dict[str, Any]) -> str:
 
 
 def run_rerank(scorer: StepScorer, input_path: str | Path, output: str | Path, cfg: RerankConfig,
-               split: SplitConfig | None = None, progress: bool = True) -> dict[str, Any]:
+               splitter: SplitConfig | None = None, progress: bool = True) -> dict[str, Any]:
     """Score every problem not yet in `output` (one row appended per problem), then write the report.
 
     Raises ScoringUnavailable when the server fails; the rows written so far stay and a rerun resumes."""
     output = Path(output)
-    samples, invalid = read_samples(input_path, split)
+    samples, invalid = read_samples(input_path, splitter)
     groups = group_by_question(samples)
     check_job(output.with_name(output.stem + ".job.json"), {"command": "rerank", "model": scorer.model_id, **asdict(cfg)})
     with AppendLog(output) as out:

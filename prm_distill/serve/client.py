@@ -22,7 +22,7 @@ from ..checkpoint import Sidecar
 from ..health import ready, wait_until_ready
 from ..protocol import Item
 from ..retry import SCORE_RETRY_STATUSES, Retryable, RetryPolicy
-from ..steps import SplitConfig
+from ..steps import SplitConfig, splitter_config
 from .batcher import ScoreBatcher
 
 __all__ = ["ClientConfig", "PRMClient", "PRMServerError", "request_json", "wait_until_ready"]
@@ -166,11 +166,13 @@ class PRMClient:
                 raise PRMServerError(f"the server returned {len(result['step_scores'])} scores for {len(steps)} steps")
         return [result["step_scores"] for result in results]
 
-    async def score_response(self, question: str, response: str, split: SplitConfig | None = None) -> tuple[list[str], list[float]]:
-        """Let the server split a raw response with the shared splitter; (steps, scores)."""
+    async def score_response(self, question: str, response: str, splitter: SplitConfig | None = None,
+                             split: SplitConfig | None = None) -> tuple[list[str], list[float]]:
+        """Let the server split a raw response with the shared splitter; (steps, scores). `split` is
+        `splitter`'s old name; on the wire the item's key is `split`."""
         item: dict[str, Any] = {"question": question, "response": response}
-        if split is not None:
-            item["split"] = asdict(split)
+        if splitter is not None or split is not None:
+            item["split"] = asdict(splitter_config(splitter, split))
         [result] = await self._score([item])
         return result["steps"], result["step_scores"]
 

@@ -27,7 +27,7 @@ from .. import calibration as calib
 from ..checkpoint import CalibrationWatch, Sidecar, load_checkpoint, pad_token_id
 from ..encoding import EncodedTrajectory, StepEncoder
 from ..inference import score_encoded
-from ..steps import SplitConfig, split_steps
+from ..steps import SplitConfig, split_steps, splitter_config
 from ..verify import apply_rule
 from .fused import FusedTokenClassifier, fused_support
 
@@ -192,7 +192,8 @@ class PRMEngine:
         cal = self.calibration() if calibration is None else calibration
         return [calib.apply(s, cal).tolist() for s in scores]
 
-    def score_response(self, question: str, response: str, split: SplitConfig | None = None) -> tuple[list[str], list[float]]:
-        """Split a raw response with the shared splitter, then score it."""
-        steps = split_steps(response, split)
+    def score_response(self, question: str, response: str, splitter: SplitConfig | None = None,
+                       split: SplitConfig | None = None) -> tuple[list[str], list[float]]:
+        """Split a raw response with the shared splitter, then score it (`split` is `splitter`'s old name)."""
+        steps = split_steps(response, splitter_config(splitter, split))
         return steps, self.score([(question, steps)])[0]

@@ -9,7 +9,12 @@ linear. This runner does what vLLM's CPU model runner does, with ops torch alrea
 - SiLU fused into the gate projection, the gate product into the up projection, and each residual
   add into the projection before it (oneDNN post-ops: `mkldnn._linear_pointwise`);
 - causal attention without a mask: batches are right-padded, so a real token never attends to a
-  pad (pads only follow it), and only real positions (the step tags) are ever read.
+  pad (pads only follow it), and only real positions (the step tags) are ever read;
+- grouped-query attention without copying k and v per query head (`enable_gqa`);
+- `logits_at`: the scorer reads the logits of the step tags only, so the last layer runs its query,
+  attention output and MLP at those positions alone (keys and values still at every position): the
+  last layer's cost nearly vanishes (1/L of the forward pass for an L-layer model). vLLM's pooling
+  runner computes every position's hidden state before the pooler picks the tags.
 Scores equal the `transformers` forward's within float rounding (fp32: < 1e-5, tested).
 
 Inference only, CPU only; `fused_support` says why a model cannot use it (the engine then keeps
@@ -87,7 +92,7 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 
 class _FusedLayer(nn.Module):
-    def __init__(self, layer: Any, cfg: Any):
+    def __init__(self, layer: Any, cfg: Any, last: bool = False):
         super().__init__()
         attn, mlp = layer.self_attn, layer.mlp
         self.heads = cfg.num_attention_heads
@@ -99,6 +104,8 @@ class _FusedLayer(nn.Module):
         self.ln1: torch.Tensor = layer.input_layernorm.weight.detach()
         self.ln2: torch.Tensor = layer.post_attention_layernorm.weight.detach()
         self.qkv = _pack(attn.q_proj, attn.k_proj, attn.v_proj)
+        if last:  # `forward_at`: the query at a few positions, keys and values at all of them
+            self.q, self.kv = _pack(attn.q_proj), _pack(attn.k_proj, attn.v_proj)
         self.o = _pack(attn.o_proj)
         self.gate, self.up, self.down = _pack(mlp.gate_proj), _pack(mlp.up_proj), _pack(mlp.down_proj)
 
@@ -109,14 +116,37 @@ class _FusedLayer(nn.Module):
         q = _rotate(q.view(b, n, self.heads, self.head_dim).transpose(1, 2), cos, sin)
         k = _rotate(k.view(b, n, self.kv_heads, self.head_dim).transpose(1, 2), cos, sin)
         v = v.view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
-        if self.kv_heads != self.heads:
-            k = k.repeat_interleave(self.heads // self.kv_heads, dim=1)
-            v = v.repeat_interleave(self.heads // self.kv_heads, dim=1)
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale, enable_gqa=self.kv_heads != self.heads)
         h = _linear_then(a.transpose(1, 2).reshape(b, n, self.heads * self.head_dim), h, self.o, "add")
+        return self._mlp(h)
+
+    def _mlp(self, h: torch.Tensor) -> torch.Tensor:
         x = _rms_norm(h, self.ln2, self.eps2)
         gated = _linear_then(x, _linear(x, self.gate, "swish"), self.up, "mul")
         return _linear_then(gated, h, self.down, "add")
+
+    def forward_at(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+        """The layer's output at positions (rows[i], cols[i]) only, [len(rows), hidden]: each query
+        attends causally to its own sequence; the queries of a sequence are batched (slots)."""
+        b, n, hidden = h.shape
+        x = _rms_norm(h, self.ln1, self.eps1)
+        k, v = _linear(x, self.kv).split([self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=-1)
+        k = _rotate(k.view(b, n, self.kv_heads, self.head_dim).transpose(1, 2), cos, sin)
+        v = v.view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
+        counts = torch.bincount(rows, minlength=b)
+        starts = torch.cumsum(counts, 0) - counts
+        slots = torch.arange(len(rows), device=rows.device) - starts[rows]  # rows are grouped: window then position
+        m = int(counts.max())
+        picked = x.new_zeros(b, m, hidden)
+        picked[rows, slots] = x[rows, cols]
+        where = torch.zeros(b, m, dtype=torch.long, device=rows.device)
+        where[rows, slots] = cols
+        q = _linear(picked, self.q).view(b, m, self.heads, self.head_dim).transpose(1, 2)
+        q = _rotate(q, cos[0, 0][where].unsqueeze(1), sin[0, 0][where].unsqueeze(1))
+        causal = torch.arange(n, device=rows.device)[None, None, None, :] <= where[:, None, :, None]  # [b, 1, m, n]
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=causal, scale=self.scale, enable_gqa=self.kv_heads != self.heads)
+        a = a.transpose(1, 2).reshape(b, m, self.heads * self.head_dim)[rows, slots]
+        return self._mlp(_linear_then(a, h[rows, cols], self.o, "add"))
 
 
 class FusedTokenClassifier(nn.Module):
@@ -138,10 +168,10 @@ class FusedTokenClassifier(nn.Module):
         self.norm_weight: torch.Tensor = base.norm.weight.detach()
         self.norm_eps: float = base.norm.variance_epsilon
         self.score: nn.Module = model.score
-        self.layers = nn.ModuleList(_FusedLayer(layer, model.config) for layer in base.layers)
+        last = len(base.layers) - 1
+        self.layers = nn.ModuleList(_FusedLayer(layer, model.config, last=i == last) for i, layer in enumerate(base.layers))
 
-    @torch.inference_mode()
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> TokenClassifierOutput:
+    def _embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if attention_mask is not None:
             lengths = attention_mask.sum(dim=1, keepdim=True)
             positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
@@ -150,7 +180,28 @@ class FusedTokenClassifier(nn.Module):
         h = self.embed(input_ids)
         position_ids = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
         cos, sin = self.rotary(h, position_ids)
-        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        return h, cos.unsqueeze(1), sin.unsqueeze(1)
+
+    @torch.inference_mode()
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> TokenClassifierOutput:
+        h, cos, sin = self._embed(input_ids, attention_mask)
         for layer in self.layers:
             h = layer(h, cos, sin)
         return TokenClassifierOutput(logits=self.score(_rms_norm(h, self.norm_weight, self.norm_eps)))
+
+    @torch.inference_mode()
+    def logits_at(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+        """[len(rows), num_labels]: `forward(...).logits[rows, cols]` with the last layer run at those
+        positions only. `rows` must be grouped (all positions of window 0, then of window 1, ...), as
+        `inference.tag_index` gives them; every position must be a real (unpadded) one."""
+        if len(rows) == 0:
+            return self.score.weight.new_zeros(0, self.score.out_features)
+        if attention_mask is not None and not bool(attention_mask[rows, cols].all()):
+            raise ValueError("logits_at: a position lies in the padding")
+        if bool((rows[1:] < rows[:-1]).any()):
+            raise ValueError("logits_at: rows must be grouped in ascending order")
+        h, cos, sin = self._embed(input_ids, attention_mask)
+        for layer in self.layers[:-1]:
+            h = layer(h, cos, sin)
+        h = self.layers[-1].forward_at(h, cos, sin, rows, cols)
+        return self.score(_rms_norm(h, self.norm_weight, self.norm_eps))

@@ -120,9 +120,9 @@ class TrainSettings:
 
     def __post_init__(self) -> None:
         if self.max_steps < 1 or self.batch_size < 1 or self.gradient_accumulation_steps < 1:
-            raise ValueError("train.max_steps, train.batch_size and train.gradient_accumulation_steps must be >= 1")
+            raise ValueError("optim.max_steps, optim.batch_size and optim.gradient_accumulation_steps must be >= 1")
         if self.mixed_precision not in PRECISIONS:
-            raise ValueError(f"train.mixed_precision must be one of {PRECISIONS}")
+            raise ValueError(f"optim.mixed_precision must be one of {PRECISIONS}")
 
 
 @dataclass
@@ -131,5 +131,5 @@ class TrainJobConfig:
     lora: LoraSettings = field(default_factory=LoraSettings, metadata={"help": "LoRA adapters."})
     data: DataConfig = field(default_factory=DataConfig, metadata={"help": "Training and dev data."})
     loss: LossConfig = field(default_factory=LossConfig, metadata={"help": "Loss function."})
-    train: TrainSettings = field(default_factory=TrainSettings, metadata={"help": "Optimisation and checkpointing."})
+    optim: TrainSettings = field(default_factory=TrainSettings, metadata={"aliases": ("train",), "help": "Optimisation, schedule and checkpointing."})
     verifier: VerifierSettings = field(default_factory=VerifierSettings, metadata={"help": "The verifier rule composed with the model's scores."})

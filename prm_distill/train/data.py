@@ -117,7 +117,7 @@ class Collator:
 def load_data(cfg: TrainJobConfig) -> tuple[list[Trajectory], list[Trajectory]]:
     """(train, dev) records: files or the synthetic set, deduplicated, shuffled, limited; dev from
     `data.dev` or a by-question split of the training records, cut to `data.dev_limit` whole questions."""
-    d, seed = cfg.data, cfg.train.seed
+    d, seed = cfg.data, cfg.optim.seed
     if d.train:
         train = [r for p in d.train for r in load_records(p, d.format)]
     elif d.synthetic:

@@ -51,8 +51,8 @@ def _sidecar(cfg: TrainJobConfig, tag_id: int, dev: dict | None, training: dict[
 
 def export_final(model, tok, encoder: StepEncoder, dev: list[Trajectory], train_ids: list[str], pad_id: int, cfg: TrainJobConfig,
                  tag_id: int, summary: dict[str, Any]) -> dict[str, Any]:
-    """Evaluate on dev, export to cfg.train.output_dir with the summary in the sidecar; returns the summary."""
-    out = Path(cfg.train.output_dir)
+    """Evaluate on dev, export to cfg.optim.output_dir with the summary in the sidecar; returns the summary."""
+    out = Path(cfg.optim.output_dir)
     rep = evaluate(model, encoder, dev, pad_id, verifier=verifier_rule(cfg)) if dev else None
     summary["dev"] = rep
     export(model, tok, str(out), _sidecar(cfg, tag_id, rep, summary))

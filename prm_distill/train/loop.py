@@ -4,7 +4,7 @@ resumable checkpoints, seeded; runs unchanged under `accelerate launch` with sev
 `train` is setup (`setup`: accelerator, model, data, optimiser, all prepared) -> resume
 (`state.resume`) -> steps (`run_steps`, one optimiser step at a time in `optimizer_step`, then what
 is due after it in `after_step`) -> export (`export.export_final`). A run ends early on its time
-budget (`train.max_minutes`: a resumable checkpoint is saved, then the model is exported) or on a
+budget (`optim.max_minutes`: a resumable checkpoint is saved, then the model is exported) or on a
 stop request (SIGTERM/SIGINT, `prm_distill.stop`: a resumable checkpoint is saved and `Interrupted`
 raised, nothing is exported); a rerun of the same command resumes from that checkpoint.
 """
@@ -62,7 +62,7 @@ class Run:
 
     @property
     def out(self) -> Path:
-        return Path(self.cfg.train.output_dir)
+        return Path(self.cfg.optim.output_dir)
 
 
 def _precision(requested: str) -> str:
@@ -76,7 +76,7 @@ def setup(cfg: TrainJobConfig) -> Run:
     from accelerate.utils import DataLoaderConfiguration, set_seed
     from transformers import get_scheduler
 
-    t = cfg.train
+    t = cfg.optim
     accelerator = make_accelerator(  # no GPU: gloo, for DDP, FSDP2 or DeepSpeed as launched
         gradient_accumulation_steps=t.gradient_accumulation_steps,
         mixed_precision=_precision(t.mixed_precision),
@@ -111,7 +111,7 @@ def setup(cfg: TrainJobConfig) -> Run:
 def optimizer_step(run: Run, batch: dict[str, torch.Tensor]) -> tuple[float, bool]:
     """One micro-batch: forward, loss, backward and (on the last micro-batch of an accumulation) the
     optimiser step. Returns (loss, whether an optimiser step was taken)."""
-    a, t = run.accelerator, run.cfg.train
+    a, t = run.accelerator, run.cfg.optim
     with a.accumulate(run.model):
         logits = run.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
         tag = logits[batch["tag_batch"], batch["tag_pos"]]
@@ -127,7 +127,7 @@ def optimizer_step(run: Run, batch: dict[str, torch.Tensor]) -> tuple[float, boo
 
 def _stop_flags(run: Run) -> tuple[bool, bool]:
     """(time budget spent, stop requested), agreed by every rank (max over processes) so all stop at one step."""
-    t = run.cfg.train
+    t = run.cfg.optim
     over = t.max_minutes is not None and time.time() - run.started > 60 * t.max_minutes
     flags = torch.tensor([float(over), float(stopping.requested())], device=run.accelerator.device)
     if run.accelerator.num_processes > 1:
@@ -139,7 +139,7 @@ def after_step(run: Run, st: ckpt.TrainState) -> bool:
     """What is due after optimiser step `st.step`: dev evaluation, snapshot, checkpoint, the time
     budget and stop requests. Returns True when the run should stop here (then exported); raises
     `Interrupted` on a stop request, after saving a resumable checkpoint."""
-    a, t = run.accelerator, run.cfg.train
+    a, t = run.accelerator, run.cfg.optim
     step, saved = st.step, False
     if t.eval_steps and step % t.eval_steps == 0 and run.dev_records and step < t.max_steps:
         current, _ = main_process_model(a, run.model, run.template)  # every rank: FSDP / ZeRO-3 gather
@@ -169,7 +169,7 @@ def after_step(run: Run, st: ckpt.TrainState) -> bool:
             ckpt.save(a, run.out, st, t.save_total_limit)
         return True
     if t.stop_at_step is not None and step >= t.stop_at_step:
-        a.print(f"stopping at step {step} (train.stop_at_step; the schedule is {t.max_steps} steps long)")
+        a.print(f"stopping at step {step} (optim.stop_at_step; the schedule is {t.max_steps} steps long)")
         return True
     return False
 
@@ -177,7 +177,7 @@ def after_step(run: Run, st: ckpt.TrainState) -> bool:
 def run_steps(run: Run, st: ckpt.TrainState) -> float:
     """Optimiser steps from `st.step` until max_steps, the budget, stop_at_step or a stop request;
     the data order continues where a resumed run left it. Returns the loop's wall time."""
-    a, t = run.accelerator, run.cfg.train
+    a, t = run.accelerator, run.cfg.optim
     micro_per_epoch = len(run.loader)
     epoch, skip = divmod(st.step * t.gradient_accumulation_steps, micro_per_epoch)
     run.model.train()
@@ -226,10 +226,10 @@ def summarize(run: Run, st: ckpt.TrainState, train_wall: float) -> dict[str, Any
 
 
 def train(cfg: TrainJobConfig) -> dict:
-    """Train, export to cfg.train.output_dir, return the summary (also in the sidecar). Raises
+    """Train, export to cfg.optim.output_dir, return the summary (also in the sidecar). Raises
     `Interrupted` on SIGTERM/SIGINT (under `prm_distill.stop`) once a resumable checkpoint is saved."""
     run = setup(cfg)
-    st = ckpt.resume(run.accelerator, run.out, cfg.train.resume)
+    st = ckpt.resume(run.accelerator, run.out, cfg.optim.resume)
     a = run.accelerator
     a.print(
         f"training on {len(run.train_records)} records ({run.stats['rows']} windows, {run.stats['supervised_steps']} supervised steps), "

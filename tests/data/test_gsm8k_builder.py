@@ -12,8 +12,9 @@ import pytest
 
 from prm_distill.cli import main
 from prm_distill.data.build import BuildConfig, Source, bare_answers_of, read_gsm8k, variants_of
-from prm_distill.data.perturb import Perturber, evaluate, fmt, mark_statements
+from prm_distill.data.perturb import ANNOTATION, Perturber, evaluate, fmt, mark_statements, num
 from prm_distill.records import read_jsonl
+from prm_distill.verify import check_step, refuted
 
 NATALIA_Q = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
              "How many clips did Natalia sell altogether in April and May?")
@@ -102,6 +103,34 @@ def test_plain_steps_get_marks_so_they_vary_too():
     p = Perturber("How many seconds are in 7 minutes?", [mark_statements("So 60 * 7 = 420 seconds."), "That is 420 seconds."], random.Random(0))
     v = p.make("wrong_operation", 0, 0)
     assert v.lines[0] == "So 60 / 7 = 8.57 seconds." and v.lines[1] == "That is 8.57 seconds."
+
+
+@pytest.mark.parametrize("step, marked", [
+    ("3 x 4 = 12 eggs.", "3 x 4 = <<3 * 4=12>>12 eggs."),
+    ("$5 + $7 = $12", "$5 + $7 = $<<5 + 7=12>>12"),
+    ("2 + 2 = 5", "2 + 2 = <<2 + 2=5>>5"),  # a wrong statement keeps its written result
+    ("It was 12 - 15 = -3 degrees.", "It was 12 - 15 = <<12 - 15=-3>>-3 degrees."),
+    ("1,200 + 300 = 1,550 people", "1,200 + 300 = <<1200 + 300=1,550>>1,550 people"),
+    ("Total = 3 + 4 = 7", "Total = 3 + 4 = <<3 + 4=7>>7"),
+    ("Let us read the problem.", "Let us read the problem."),
+    ("24 cups * 1/12 = 2 cups", "24 cups * 1/12 = 2 cups"),  # `1/12 = 2` is not a statement
+    ("5 * 4 = 20 + 3 = 23", "5 * 4 = 20 + 3 = 23"),  # a running total claims nothing
+])
+def test_the_builder_marks_exactly_what_the_verifier_checks(step, marked):
+    assert mark_statements(step) == marked
+    marks, checks = ANNOTATION.findall(marked), check_step(step)
+    assert len(marks) == len(checks)
+    assert [evaluate(e) == num(r) for e, r in marks] == [c.holds for c in checks]
+    assert refuted(step) == (step in ("2 + 2 = 5", "1,200 + 300 = 1,550 people"))
+
+
+def test_statements_written_with_x_divide_and_dollars_vary_too():
+    eggs = [mark_statements("3 x 4 = 12 eggs."), "The answer is 12."]
+    v = Perturber("A box holds 3 rows of 4 eggs. How many eggs?", eggs, random.Random(0)).make("wrong_operation", 0, 0)
+    assert v.lines == ["3 / 4 = 0.75 eggs.", "The answer is 0.75."]
+    pay = [mark_statements("Each pays 10 ÷ 2 = $5, so both pay 10."), "The answer is 5."]
+    v = Perturber("Two share 10 dollars.", pay, random.Random(0)).make("wrong_operation", 0, 0)
+    assert v.lines == ["Each pays 10 * 2 = $20, so both pay 10.", "The answer is 20."]  # the comma after $5 kept
 
 
 def test_bad_gsm8k_lines_are_skipped_and_named(tmp_path):

@@ -24,9 +24,9 @@ def tiny_overrides(root: Path, backbone: Path, **extra: object) -> list[str]:
         "rollout.policy.policy": str(backbone), "rollout.policy.backend": "transformers",
         "label.progress": False,
         "train.model.backbone": str(backbone), "train.model.max_length": 256, "train.model.num_layers": "null", "train.lora.enabled": False,
-        "train.lora.top_layers": "null", "train.train.max_minutes": "null",
-        "train.train.max_steps": 3, "train.train.batch_size": 4, "train.train.eval_steps": 0, "train.train.save_steps": 0,
-        "train.train.logging_steps": 1, "train.train.learning_rate": 1e-3,
+        "train.lora.top_layers": "null", "train.optim.max_minutes": "null",
+        "train.optim.max_steps": 3, "train.optim.batch_size": 4, "train.optim.eval_steps": 0, "train.optim.save_steps": 0,
+        "train.optim.logging_steps": 1, "train.optim.learning_rate": 1e-3,
         "serve.n_requests": 2, "recalibrate.audit.max_trajectories": 6,
     }
     base.update(extra)
@@ -66,7 +66,7 @@ def test_pipeline_runs_every_stage_then_skips_and_resumes(tmp_path, tiny_backbon
     assert run_pipeline(cfg).ran == ["eval"]
 
     # a changed config section reruns that stage and those reading its outputs, nothing upstream
-    changed = run_pipeline(config(tmp_path, tiny_backbone, **{"train.train.max_steps": 2}))
+    changed = run_pipeline(config(tmp_path, tiny_backbone, **{"train.optim.max_steps": 2}))
     assert changed.ran == ["train", "eval", "serve", "rl", "recalibrate"]
     assert changed.skipped == ["data", "rollout", "label"]
     assert manifest(tmp_path)["stages"]["train"]["summary"]["steps"] == 2
@@ -123,10 +123,10 @@ def test_iteration_two_continues_from_iteration_one_and_surfaces_drift(tmp_path,
 
 def test_bad_config_exits_2_naming_the_key(tmp_path, capsys):
     cfg = tmp_path / "p.yaml"
-    cfg.write_text("name: x\ntrain:\n  train:\n    max_stepz: 3\n", encoding="utf-8")
+    cfg.write_text("name: x\ntrain:\n  optim:\n    max_stepz: 3\n", encoding="utf-8")
     assert main(["pipeline", "--config", str(cfg)]) == exits.BAD_INPUT
     err = capsys.readouterr().err
-    assert "train.train.max_stepz: unknown key" in err
+    assert "train.optim.max_stepz: unknown key" in err
     assert main(["pipeline", "name=a/b"]) == exits.BAD_INPUT
     assert "name must be a plain folder name" in capsys.readouterr().err
     assert main(["pipeline", "--config", str(tmp_path / "missing.yaml")]) == exits.BAD_INPUT

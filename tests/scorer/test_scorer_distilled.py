@@ -97,13 +97,13 @@ def engine(tiny_checkpoint) -> PRMEngine:
 # -- token alignment -------------------------------------------------------------------------
 
 
-def steps_of_tokens(tok, text, split=None) -> tuple[list[int], list[int]]:
+def steps_of_tokens(tok, text, splitter=None) -> tuple[list[int], list[int]]:
     """The policy's own tokenization of `text` + EOS, and the step each token's reward came from."""
     ids = tok.encode(text, add_special_tokens=False) + [tok.eos_token_id]
     turn = Interaction(
         interaction_id="t", messages=[{"role": "user", "content": "q"}], model_response=ModelResponse(output_tokens=ids)
     )
-    scorer = DistilledPRMScorer(engine=FakeBackend(), policy_tokenizer=tok, split=split)  # prob, spread
+    scorer = DistilledPRMScorer(engine=FakeBackend(), policy_tokenizer=tok, splitter=splitter)  # prob, spread
     reward = asyncio.run(scorer.evaluate(turn, {}))
     return ids, [round(float(r) * 10) - 1 for r in reward]
 
@@ -127,7 +127,7 @@ def test_every_token_falls_in_its_step_whitespace_between_steps_goes_to_the_prec
 
 def test_a_token_straddling_a_step_boundary_belongs_to_the_step_of_its_last_character(smol_tokenizer):
     text = "First we add 2 and 2 to get 4. Then 4 ✓ times 3 gives 12. So the answer is 12."
-    ids, token_steps = steps_of_tokens(smol_tokenizer, text, split={"sentences_per_step": 1})
+    ids, token_steps = steps_of_tokens(smol_tokenizer, text, splitter={"sentences_per_step": 1})
     pieces = [smol_tokenizer.decode([i]) for i in ids]
     then = pieces.index(" Then")  # the gap's space and the first word of step 2 in one token
     assert token_steps[then - 1 : then + 1] == [0, 1]

@@ -64,22 +64,53 @@ def test_the_default_kernels_are_chosen_per_dtype_and_score_as_the_evaluation_pa
 
 
 def test_qwen2_with_qkv_biases_matches_transformers_at_every_real_position():
-    from transformers import Qwen2Config, Qwen2ForTokenClassification
-
-    torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, max_position_embeddings=128, num_labels=2, use_sliding_window=False)
-    model = Qwen2ForTokenClassification(cfg).eval()
-    with torch.no_grad():  # non-zero biases, so a dropped or misplaced bias shows
-        for layer in model.model.layers:
-            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
-                proj.bias.normal_(0, 0.5)
+    model = _qwen2()  # non-zero biases, so a dropped or misplaced bias shows
     ids, mask = right_padded_batch(97, [17, 9, 1])
     with torch.no_grad():
         expected = model(input_ids=ids, attention_mask=mask).logits
     got = FusedTokenClassifier(model)(input_ids=ids, attention_mask=mask).logits
     real = mask.bool()
     assert torch.allclose(got[real], expected[real], atol=1e-5)
+
+
+def _qwen2(num_layers: int = 2):
+    from transformers import Qwen2Config, Qwen2ForTokenClassification
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=num_layers, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=128, num_labels=2, use_sliding_window=False)
+    model = Qwen2ForTokenClassification(cfg).eval()
+    with torch.no_grad():
+        for layer in model.model.layers:
+            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                proj.bias.normal_(0, 0.5)
+    return model
+
+
+@pytest.mark.parametrize("num_layers", [1, 3])
+def test_logits_at_equals_the_full_forward_at_those_positions(num_layers):
+    """The last layer run at the tag positions only (queries, attention output, MLP) gives the logits the
+    full forward gives there: first and last real positions, several per window, a window with none."""
+    model = _qwen2(num_layers)
+    ids, mask = right_padded_batch(97, [17, 9, 1, 12])
+    with torch.no_grad():
+        expected = model(input_ids=ids, attention_mask=mask).logits
+    rows = torch.tensor([0, 0, 0, 1, 1, 2])  # window 3 has no scored position
+    cols = torch.tensor([0, 8, 16, 3, 8, 0])
+    fused = FusedTokenClassifier(model)
+    got = fused.logits_at(ids, mask, rows, cols)
+    assert got.shape == (6, 2) and torch.allclose(got, expected[rows, cols], atol=1e-5)
+    assert fused.logits_at(ids, mask, rows[:0], cols[:0]).shape == (0, 2)
+
+
+def test_logits_at_refuses_padding_positions_and_unordered_rows():
+    model = _qwen2(1)
+    ids, mask = right_padded_batch(97, [5, 3])
+    fused = FusedTokenClassifier(model)
+    with pytest.raises(ValueError, match="lies in the padding"):
+        fused.logits_at(ids, mask, torch.tensor([1]), torch.tensor([4]))
+    with pytest.raises(ValueError, match="grouped in ascending order"):
+        fused.logits_at(ids, mask, torch.tensor([1, 0]), torch.tensor([0, 0]))
 
 
 def test_left_padding_is_refused(tiny_checkpoint):

@@ -58,5 +58,5 @@ def test_training_can_switch_the_rule_off(tiny_backbone, synthetic_files, train_
     from prm_distill.train import TrainJobConfig, train
 
     out = tmp_path / "m"
-    train(load_config(TrainJobConfig, None, train_overrides(tiny_backbone, synthetic_files, out, **{"train.max_steps": 1, "verifier.enabled": "false"})))
+    train(load_config(TrainJobConfig, None, train_overrides(tiny_backbone, synthetic_files, out, **{"optim.max_steps": 1, "verifier.enabled": "false"})))
     assert read_sidecar(out).verifier is None
