@@ -73,9 +73,10 @@ def score_encoded(
     for batch in length_buckets([len(w.input_ids) for _, w in flat], max_batch_tokens):
         windows = [flat[i][1] for i in batch]
         ids, mask = pad_batch([w.input_ids for w in windows], pad_id)
-        if hasattr(model, "logits_at"):  # a runner that computes the tag positions only (serve/fused.py)
+        logits_at = getattr(model, "logits_at", None)
+        if callable(logits_at):  # a runner that computes the tag positions only (serve/fused.py)
             rows, cols = tag_index(windows)
-            at = model.logits_at(ids.to(device), mask.to(device), rows.to(device), cols.to(device))
+            at = logits_at(ids.to(device), mask.to(device), rows.to(device), cols.to(device))
         else:
             at = tag_logits(model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits, windows)
         probs = good_probability(at).cpu().tolist()

@@ -23,7 +23,7 @@ the generic path).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -195,7 +195,7 @@ class FusedTokenClassifier(nn.Module):
         positions only. `rows` must be grouped (all positions of window 0, then of window 1, ...), as
         `inference.tag_index` gives them; every position must be a real (unpadded) one."""
         if len(rows) == 0:
-            return self.score.weight.new_zeros(0, self.score.out_features)
+            return self.norm_weight.new_zeros(0, self.config.num_labels)
         if attention_mask is not None and not bool(attention_mask[rows, cols].all()):
             raise ValueError("logits_at: a position lies in the padding")
         if bool((rows[1:] < rows[:-1]).any()):
@@ -203,5 +203,5 @@ class FusedTokenClassifier(nn.Module):
         h, cos, sin = self._embed(input_ids, attention_mask)
         for layer in self.layers[:-1]:
             h = layer(h, cos, sin)
-        h = self.layers[-1].forward_at(h, cos, sin, rows, cols)
+        h = cast(_FusedLayer, self.layers[-1]).forward_at(h, cos, sin, rows, cols)
         return self.score(_rms_norm(h, self.norm_weight, self.norm_eps))
