@@ -76,7 +76,8 @@ def test_on_cpu_a_batch_runs_in_passes_of_at_most_forward_tokens_with_the_same_s
     assert lengths[0] < lengths[1]
     passes: list[tuple[int, int]] = []
     capped = PRMEngine.from_checkpoint(tiny_checkpoint, device="cpu", dtype="float32", forward_tokens=lengths[1])
-    hook = capped.model.register_forward_pre_hook(lambda m, args, kwargs: passes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+    # every pass (the plain forward, or the fused runner's `logits_at`) starts at the input embeddings
+    hook = capped.model.get_input_embeddings().register_forward_pre_hook(lambda m, args: passes.append(tuple(args[0].shape)))
     try:
         split = capped.score(ITEMS)
     finally:

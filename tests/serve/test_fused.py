@@ -113,6 +113,23 @@ def test_logits_at_refuses_padding_positions_and_unordered_rows():
         fused.logits_at(ids, mask, torch.tensor([1, 0]), torch.tensor([0, 0]))
 
 
+@pytest.mark.parametrize("n", [1, 64, 150])
+def test_bf16_attention_in_blocks_is_causal_attention_with_grouped_heads(n):
+    """The bf16 path (64-row blocks, fp32 softmax) against causal attention written out in fp32 with
+    each query head reading kv head h // 3; fp32 inputs take torch's kernel and match it exactly."""
+    from prm_distill.serve.fused import _causal_attention
+
+    g = torch.Generator().manual_seed(n)
+    q, k, v = (torch.randn(2, heads, n, 16, generator=g) for heads in (6, 2, 2))
+    scores = q @ k.repeat_interleave(3, dim=1).transpose(-1, -2) * 0.25
+    scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    expected = scores.softmax(-1) @ v.repeat_interleave(3, dim=1)
+    got = _causal_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), 0.25)
+    assert got.dtype == torch.bfloat16 and got.shape == (2, 6, n, 16)
+    assert torch.allclose(got.float(), expected, atol=3e-2)
+    assert torch.allclose(_causal_attention(q, k, v, 0.25), expected, atol=1e-5)
+
+
 def test_left_padding_is_refused(tiny_checkpoint):
     model, _, _ = load_checkpoint(tiny_checkpoint)
     fused = FusedTokenClassifier(model)
