@@ -197,11 +197,16 @@ def _argument(parser: Any, flag: str, f: dataclasses.Field, hint: Any, *, defaul
         else:
             parser.add_argument(flag, dest=dest, action="store_true", help=helptext)
         return
-    kind = next((t for t in typing.get_args(hint) if t is not type(None)), hint)
+    optional = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    kind = next(t for t in typing.get_args(hint) if t is not type(None)) if optional else hint
+    if typing.get_origin(kind) is list:  # comma-separated on the command line: --kinds a,b
+        item = (typing.get_args(kind) or (str,))[0]
+        kind = lambda text, item=item: [item(x) for x in text.split(",") if x]  # noqa: E731
+        helptext += " (comma-separated)"
     if default is dataclasses.MISSING:
         parser.add_argument(flag, dest=dest, type=kind, choices=choices, required=True, help=helptext)
         return
-    shown = f" (default: {f.default})" if default is not None and f.default is not None else ""
+    shown = f" (default: {','.join(map(str, default)) if isinstance(default, list) else default})" if default is not None else ""
     parser.add_argument(flag, dest=dest, type=kind, choices=choices, default=default, help=helptext + shown)
 
 
@@ -212,7 +217,8 @@ def add_options(parser: Any, cls: type) -> None:
     field without a default is required."""
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
-        _argument(parser, "--" + f.name.replace("_", "-"), f, hints[f.name], default=f.default, dest=f.name)
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        _argument(parser, "--" + f.name.replace("_", "-"), f, hints[f.name], default=default, dest=f.name)
 
 
 def from_options(cls: type[T], args: Any) -> T:

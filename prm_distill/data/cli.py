@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from ..config import add_options, from_options
 from .build import BuildConfig, build_from_gsm8k, build_from_steps, read_step_records
-from .perturb import KINDS
-
-
-def _config(args: argparse.Namespace) -> BuildConfig:
-    return BuildConfig(variants=args.variants, kinds=args.kinds.split(",") if args.kinds else list(KINDS), seed=args.seed,
-                       dev_fraction=args.dev_fraction, limit=args.limit, bare_answers=args.bare_answers)
 
 
 def _print(summary: dict, output: str) -> None:
@@ -25,7 +20,7 @@ def _print(summary: dict, output: str) -> None:
 
 
 def cmd_data(args: argparse.Namespace) -> int:
-    cfg = _config(args)
+    cfg = from_options(BuildConfig, args)
     if args.source == "gsm8k":
         summary = build_from_gsm8k(args.input[0] if len(args.input) == 1 else _one(args.input), args.output, cfg)
     else:
@@ -46,14 +41,7 @@ def add_data_parser(sub) -> None:
                    help="gsm8k: GSM8K JSONL (question, answer with ####); prmbench: PRMBench items; steps: records with question + steps")
     p.add_argument("--input", required=True, action="append", help="input file (repeat for several; gsm8k takes one)")
     p.add_argument("--output", required=True, help="folder for train.jsonl, dev.jsonl, summary.json")
-    p.add_argument("--variants", type=int, default=BuildConfig.variants, help="first-error variants per solution (default %(default)s)")
-    p.add_argument("--kinds", help=f"comma-separated error kinds (default all: {','.join(KINDS)})")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dev-fraction", type=float, default=BuildConfig.dev_fraction, help="share of questions held out as dev (default %(default)s)")
-    p.add_argument("--limit", type=int, help="read at most N solutions")
-    p.add_argument("--bare-answers", type=float, default=BuildConfig.bare_answers,
-                   help="gsm8k: share of solutions that also yield a bare-answer record and a jump-to-the-answer record, "
-                        "answer step 0 (default %(default)s; 0 = off)")
+    add_options(p, BuildConfig)
     p.add_argument("--format", default="jsonl", choices=("jsonl", "processbench", "prmbench"), help="format of --input for 'steps'")
     p.add_argument("--originals-only", action="store_true", help="prmbench/steps: write only the originals and their variants, not the given labelled records")
     p.set_defaults(func=cmd_data)

@@ -29,6 +29,7 @@ from ..encoding import EncodedTrajectory, StepEncoder
 from ..inference import score_encoded
 from ..steps import SplitConfig, split_steps, splitter_config
 from ..verify import apply_rule
+from .cpu import cpu_has_native_bf16, cpu_vendor
 from .fused import FusedTokenClassifier, fused_support
 
 log = logging.getLogger(__name__)
@@ -58,15 +59,6 @@ def _pick_device(device: str) -> str:
     return device
 
 
-def cpu_has_native_bf16() -> bool:
-    """True when this CPU multiplies bf16 in hardware (AVX512-BF16 or AMX), where bf16 pays off."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text().split()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
 def resolve_dtype(dtype: str | None, device: str) -> torch.dtype:
     """None = bf16 on GPU, float32 on CPU (exact: the evaluation default); auto = bf16 wherever the
     hardware multiplies it natively (GPU, AVX512-BF16/AMX CPUs), float32 elsewhere."""
@@ -87,17 +79,6 @@ def onednn_linears(model: torch.nn.Module) -> torch.nn.Module:
     from torch.utils.mkldnn import to_mkldnn
 
     return to_mkldnn(model)
-
-
-def cpu_vendor() -> str | None:
-    """This CPU's vendor id (GenuineIntel, AuthenticAMD, ...), None when it cannot be read."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("vendor_id"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
 
 
 def auto_cpu_kernels(dtype: torch.dtype, vendor: str | None = None) -> str:

@@ -205,3 +205,15 @@ def test_bare_answers_leave_the_variants_unchanged(tmp_path):
     assert [(r.id, r.steps, r.labels) for r in on] == [(r.id, r.steps, r.labels) for r in off]
     made = s["bare_answers"]["bare_answer"]["made"]
     assert 0 < made < 12 and s["records"] == len(off) + made + s["bare_answers"]["skipped_steps"]["made"]
+
+
+def test_cli_kinds_are_a_comma_separated_list_checked_against_the_known_ones(tmp_path, capsys):
+    path = tmp_path / "g.jsonl"
+    path.write_text("".join(json.dumps({"question": f"{NATALIA_Q} ({i})", "answer": NATALIA_A}) + "\n" for i in range(4)))
+    out = tmp_path / "out"
+    assert main(["data", "gsm8k", "--input", str(path), "--output", str(out), "--kinds", "miscalculation,wrong_operation",
+                 "--variants", "2", "--bare-answers", "0"]) == 0
+    made = {k for k, v in json.loads((out / "summary.json").read_text())["variants"].items() if v["made"]}
+    assert made and made <= {"miscalculation", "wrong_operation"}
+    assert main(["data", "gsm8k", "--input", str(path), "--output", str(tmp_path / "x"), "--kinds", "miscalculation,typo"]) == 2
+    assert "unknown error kind(s) ['typo']" in capsys.readouterr().err

@@ -9,7 +9,8 @@ import torch
 from prm_distill.checkpoint import load_checkpoint
 from prm_distill.inference import score_encoded
 from prm_distill.serve import PRMEngine
-from prm_distill.serve.engine import auto_cpu_kernels, cpu_runner, cpu_vendor
+from prm_distill.serve.cpu import cpu_vendor
+from prm_distill.serve.engine import auto_cpu_kernels, cpu_runner
 from prm_distill.serve.fused import FusedTokenClassifier, fused_support
 
 ITEMS = [  # different lengths: one batch, right-padded
@@ -115,7 +116,7 @@ def test_logits_at_refuses_padding_positions_and_unordered_rows():
 
 @pytest.mark.parametrize("n", [1, 64, 150])
 def test_bf16_attention_in_blocks_is_causal_attention_with_grouped_heads(n):
-    """The bf16 path (64-row blocks, fp32 softmax) against causal attention written out in fp32 with
+    """The bf16 path (64-row blocks, softmax accumulated in fp32) against causal attention written out in fp32 with
     each query head reading kv head h // 3; fp32 inputs take torch's kernel and match it exactly."""
     from prm_distill.serve.fused import _causal_attention
 
@@ -124,10 +125,12 @@ def test_bf16_attention_in_blocks_is_causal_attention_with_grouped_heads(n):
     scores = q @ k.repeat_interleave(3, dim=1).transpose(-1, -2) * 0.25
     scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
     expected = scores.softmax(-1) @ v.repeat_interleave(3, dim=1)
-    got = _causal_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), 0.25)
-    assert got.dtype == torch.bfloat16 and got.shape == (2, 6, n, 16)
-    assert torch.allclose(got.float(), expected, atol=3e-2)
+    for blocked in (True, False, None):  # the blocks, torch's kernel, this CPU's choice
+        got = _causal_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), 0.25, blocked=blocked)
+        assert got.dtype == torch.bfloat16 and got.shape == (2, 6, n, 16)
+        assert torch.allclose(got.float(), expected, atol=3e-2)
     assert torch.allclose(_causal_attention(q, k, v, 0.25), expected, atol=1e-5)
+    assert torch.allclose(_causal_attention(q, k, v, 0.25, blocked=True), expected, atol=1e-5)
 
 
 def test_left_padding_is_refused(tiny_checkpoint):
