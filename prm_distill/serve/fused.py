@@ -161,27 +161,29 @@ class _FusedLayer(nn.Module):
         return _linear_then(gated, h, self.down, "add")
 
     def forward_at(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
-        """The layer's output at positions (rows[i], cols[i]) only, [len(rows), hidden]: each query
-        attends causally to its own sequence; the queries of a sequence are batched (slots)."""
-        b, n, hidden = h.shape
+        """The layer's output at positions (rows[i], cols[i]) only, [len(rows), hidden]. Each window's
+        queries attend to that window's keys up to its last scored position, so a window's scores do
+        not depend on the batch it came in (the batch's padded length never enters a sum)."""
+        b, n, _ = h.shape
         x = _rms_norm(h, self.ln1, self.eps1)
         k, v = _linear(x, self.kv).split([self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=-1)
         k = _rotate(k.view(b, n, self.kv_heads, self.head_dim).transpose(1, 2), cos, sin)
         v = v.view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
-        counts = torch.bincount(rows, minlength=b)
-        starts = torch.cumsum(counts, 0) - counts
-        slots = torch.arange(len(rows), device=rows.device) - starts[rows]  # rows are grouped: window then position
-        m = int(counts.max())
-        picked = x.new_zeros(b, m, hidden)
-        picked[rows, slots] = x[rows, cols]
-        where = torch.zeros(b, m, dtype=torch.long, device=rows.device)
-        where[rows, slots] = cols
-        q = _linear(picked, self.q).view(b, m, self.heads, self.head_dim).transpose(1, 2)
-        q = _rotate(q, cos[0, 0][where].unsqueeze(1), sin[0, 0][where].unsqueeze(1))
-        causal = torch.arange(n, device=rows.device)[None, None, None, :] <= where[:, None, :, None]  # [b, 1, m, n]
-        a = F.scaled_dot_product_attention(q, k, v, attn_mask=causal, scale=self.scale, enable_gqa=self.kv_heads != self.heads)
-        a = a.transpose(1, 2).reshape(b, m, self.heads * self.head_dim)[rows, slots]
-        return self._mlp(_linear_then(a, h[rows, cols], self.o, "add"))
+        q = _linear(x[rows, cols], self.q).view(len(rows), self.heads, self.head_dim)
+        q = _rotate(q, cos[0, 0][cols].unsqueeze(1), sin[0, 0][cols].unsqueeze(1))
+        parts, offset = [], 0
+        for window, count in enumerate(torch.bincount(rows, minlength=b).tolist()):
+            if not count:
+                continue
+            at = cols[offset : offset + count]
+            keys = int(at.max()) + 1
+            causal = torch.arange(keys, device=at.device)[None, :] <= at[:, None]  # [count, keys]
+            a = F.scaled_dot_product_attention(q[offset : offset + count].transpose(0, 1).unsqueeze(0), k[window : window + 1, :, :keys],
+                                               v[window : window + 1, :, :keys], attn_mask=causal, scale=self.scale,
+                                               enable_gqa=self.kv_heads != self.heads)
+            parts.append(a[0].transpose(0, 1).reshape(count, self.heads * self.head_dim))
+            offset += count
+        return self._mlp(_linear_then(torch.cat(parts), h[rows, cols], self.o, "add"))
 
 
 class FusedTokenClassifier(nn.Module):
