@@ -37,10 +37,10 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 CPU_KERNELS = ("auto", "fused", "onednn", "torch")
 # What `cpu_kernels="auto"` runs on CPU, by (dtype, CPU vendor; None = any other), measured side by
 # side with vLLM's pooling runner on the same cores (benchmarks/engine_vs_vllm.py, docs/serving-vllm.md).
-# bf16: the fused runner (AMD EPYC, AVX512-BF16: 1.13x vLLM per CPU-second, the plain forward 0.93x;
+# bf16: the fused runner (AMD EPYC, AVX512-BF16: 1.16x vLLM per CPU-second, the plain forward 0.93x;
 # Intel Xeon with AMX, an earlier build: 1.06x). fp32 on Intel: the plain forward, whose matmuls are
 # MKL's (1.07x vLLM; the fused runner then 0.94x, 0.95-0.99x with the tags-only last layer since).
-# fp32 elsewhere: the fused runner, on oneDNN (AMD EPYC: 1.06x vLLM per CPU-second, the plain forward
+# fp32 elsewhere: the fused runner, on oneDNN (AMD EPYC: 1.05x vLLM per CPU-second, the plain forward
 # 0.93x). Other dtypes run the plain forward.
 AUTO_CPU_KERNELS: dict[tuple[torch.dtype, str | None], str] = {
     (torch.bfloat16, None): "fused",
