@@ -141,13 +141,18 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
             value = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError:
             value = raw
-        node = out
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"override {item!r} conflicts with an earlier override of {p}")
-        node[parts[-1]] = value
+        _put(out, parts, value, f"override {item!r}")
     return out
+
+
+def _put(out: dict[str, Any], parts: list[str], value: Any, what: str) -> None:
+    """`value` at the nested key `parts` of `out` (sections created as needed)."""
+    node = out
+    for p in parts[:-1]:
+        node = node.setdefault(p, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"{what} conflicts with an earlier override of {p}")
+    node[parts[-1]] = value
 
 
 def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -262,11 +267,7 @@ def nest(values: dict[str, Any]) -> dict[str, Any]:
     """`{"policy.base_url": v}` as `{"policy": {"base_url": v}}`."""
     out: dict[str, Any] = {}
     for key, value in values.items():
-        *sections, name = key.split(".")
-        node = out
-        for section in sections:
-            node = node.setdefault(section, {})
-        node[name] = value
+        _put(out, key.split("."), value, f"key {key!r}")
     return out
 
 
