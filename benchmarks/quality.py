@@ -21,7 +21,7 @@ from pathlib import Path
 from prm_distill.atomic import write_json
 from prm_distill.checkpoint import read_sidecar
 from prm_distill.metrics import best_threshold, report
-from prm_distill.records import load_records
+from prm_distill.records import load_records, sample_questions
 from prm_distill.serve import PRMEngine
 from prm_distill.verify import DEFAULT_CAP, apply_rule, rule
 
@@ -29,22 +29,9 @@ VARIANTS = ("student", "verifier", "composed")
 
 
 def _dev_sample(paths: list[str], limit: int | None, seed: int = 0):
-    """Whole questions of the dev files, seeded (the same sample for every checkpoint)."""
-    records = [r for p in paths for r in load_records(p, "jsonl")]
-    if limit is None or len(records) <= limit:
-        return records
-    questions = sorted({r.question for r in records})
-    random.Random(seed).shuffle(questions)
-    keep, n = set(), 0
-    by_q: dict[str, int] = {}
-    for r in records:
-        by_q[r.question] = by_q.get(r.question, 0) + 1
-    for q in questions:
-        if n >= limit:
-            break
-        keep.add(q)
-        n += by_q[q]
-    return [r for r in records if r.question in keep]
+    """Whole questions of the dev files, seeded (the same sample for every checkpoint, and the one
+    `prm-distill eval --dev` and training take: records.sample_questions)."""
+    return sample_questions([r for p in paths for r in load_records(p, "jsonl")], limit, seed)
 
 
 def _variants(engine: PRMEngine, records, cap: float) -> dict[str, list[list[float]]]:

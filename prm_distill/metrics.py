@@ -122,22 +122,56 @@ def processbench_f1(scores: Sequence[Sequence[float]], first_errors: Sequence[in
     return {"acc_erroneous": acc_err, "acc_correct": acc_ok, "processbench_f1": f1}
 
 
-def best_threshold(scores: Sequence[Sequence[float]], first_errors: Sequence[int]) -> float:
-    """The threshold with the highest ProcessBench F1 on these (dev) items; ties go to the one
-    nearest 0.5. Candidates: midpoints between distinct observed scores (plus both ends)."""
-    vals = sorted({s for ss in scores for s in ss})
-    if not vals:
+# Candidate thresholds: fixed, not taken from the scores, so two runs whose scores differ by float
+# rounding (bf16 vs fp32, another batch size) weigh the same candidates. Even in logit space from
+# sigmoid(-8) to sigmoid(8): about 0.01 apart near 0.5, finer towards 0 and 1 where a sigmoid head's
+# scores crowd.
+THRESHOLD_GRID: tuple[float, ...] = tuple(float(1.0 / (1.0 + math.exp(-x))) for x in np.linspace(-8.0, 8.0, 641))
+F1_TOLERANCE = 0.005
+
+
+def _f1_on_grid(scores: Sequence[Sequence[float]], first_errors: Sequence[int], grid: np.ndarray) -> list[float]:
+    """processbench_f1 at every threshold of `grid` at once. An item is hit for an interval of
+    thresholds: an all-correct item for t <= min(scores); an item whose first error is step k for
+    min(scores[:k]) >= t > scores[k] (the first score below t is then step k's)."""
+    ok_hit = np.zeros(len(grid))
+    err_hit = np.zeros(len(grid))
+    ok_n = err_n = 0
+    for ss, fe in zip(scores, first_errors):
+        if fe == -1:
+            ok_n += 1
+            if len(ss):
+                ok_hit += grid <= min(ss)
+            else:
+                ok_hit += 1.0
+        else:
+            err_n += 1
+            if 0 <= fe < len(ss):
+                upper = min(ss[:fe]) if fe else math.inf
+                err_hit += (grid > ss[fe]) & (grid <= upper)
+    if not ok_n or not err_n:
+        return [NAN] * len(grid)
+    a_err, a_ok = err_hit / err_n, ok_hit / ok_n
+    denom = a_err + a_ok
+    f1 = np.where(denom > 0, 2 * a_err * a_ok / np.where(denom > 0, denom, 1.0), 0.0)
+    return [float(x) for x in f1]
+
+
+def best_threshold(scores: Sequence[Sequence[float]], first_errors: Sequence[int], tolerance: float = F1_TOLERANCE) -> float:
+    """The one rule that picks a decision threshold from dev items (eval --dev, training's export,
+    benchmarks/quality.py all call it): the middle of the candidates whose ProcessBench F1 is within
+    `tolerance` of the best. F1 against the threshold is a staircase with near-ties far apart; the
+    arg-max among them moves with float noise (0.178 vs 0.196 on the same files), the middle of the
+    near-best plateau does not. 0.5 when F1 is undefined everywhere (a dev split of one class)."""
+    if not any(len(ss) for ss in scores):
         return 0.5
-    cands = [vals[0] - 1e-6] + [(a + b) / 2 for a, b in zip(vals, vals[1:])] + [vals[-1] + 1e-6]
-    if len(cands) > 400:  # keep it cheap: quantiles of the candidates
-        cands = list(np.quantile(cands, np.linspace(0, 1, 401)))
-    best, best_key = 0.5, (-1.0, 0.0)
-    for t in cands:
-        f1 = processbench_f1(scores, first_errors, t)["processbench_f1"]
-        key = (-1.0 if math.isnan(f1) else f1, -abs(t - 0.5))
-        if key > best_key:
-            best, best_key = float(t), key
-    return best
+    f1s = _f1_on_grid(scores, first_errors, np.asarray(THRESHOLD_GRID))
+    valid = [f for f in f1s if not math.isnan(f)]
+    if not valid:
+        return 0.5
+    top = max(valid)
+    near = [t for t, f in zip(THRESHOLD_GRID, f1s) if not math.isnan(f) and f >= top - tolerance]
+    return near[(len(near) - 1) // 2]
 
 
 def report(

@@ -11,6 +11,7 @@ import json
 import logging
 import math
 import os
+import random
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -393,13 +394,33 @@ def _prmbench_item(it: Any, lineno: int) -> tuple[list[Trajectory], bool]:
 
 def split_by_question(records: list[Trajectory], fraction: float, seed: int) -> tuple[list[Trajectory], list[Trajectory]]:
     """(rest, held out): whole questions are held out, so no held-out question has a trajectory in the rest."""
-    import random
-
     questions = sorted({r.question for r in records})
     random.Random(seed).shuffle(questions)
     n_out = int(round(len(questions) * fraction))
     held = set(questions[:n_out])
     return [r for r in records if r.question not in held], [r for r in records if r.question in held]
+
+
+def sample_questions(records: list[Trajectory], limit: int | None, seed: int = 0) -> list[Trajectory]:
+    """A seeded sample of whole questions holding at least `limit` records (all when there are fewer),
+    in the records' order: every record of a kept question is kept, so a question's variants are never
+    split. The one sampler of dev and evaluation files (train's `data.dev_limit`, `eval --limit`,
+    benchmarks/quality.py), so the same files and seed give the same items on every path."""
+    if limit is None or len(records) <= limit:
+        return list(records)
+    per_question: dict[str, int] = {}
+    for r in records:
+        per_question[r.question] = per_question.get(r.question, 0) + 1
+    questions = sorted(per_question)
+    random.Random(seed).shuffle(questions)
+    keep: set[str] = set()
+    n = 0
+    for q in questions:
+        if n >= limit:
+            break
+        keep.add(q)
+        n += per_question[q]
+    return [r for r in records if r.question in keep]
 
 
 def load_records(path: str | os.PathLike, fmt: str = "jsonl") -> list[Trajectory]:

@@ -85,3 +85,36 @@ def test_paired_auroc_difference_by_hand_and_its_bootstrap_interval():
     assert paired_auroc_difference(perfect, b, labels, n_boot=10)["difference"] == pytest.approx(1 - 0.8)
     with pytest.raises(ValueError, match="same items"):
         paired_auroc_difference(perfect, perfect[:2], labels)
+
+
+def test_f1_on_the_grid_is_processbench_f1_at_each_threshold():
+    # the vectorised scan must agree with the definition (first step below t, else -1) everywhere
+    import random as _random
+
+    import numpy as np
+
+    from prm_distill.metrics import THRESHOLD_GRID, _f1_on_grid
+
+    rng = _random.Random(3)
+    scores = [[rng.random() for _ in range(rng.randint(1, 6))] for _ in range(40)]
+    errors = [rng.choice([-1, *range(len(ss))]) for ss in scores]
+    fast = _f1_on_grid(scores, errors, np.asarray(THRESHOLD_GRID))
+    for t, f in zip(THRESHOLD_GRID[::16], fast[::16]):
+        assert f == pytest.approx(processbench_f1(scores, errors, t)["processbench_f1"])
+
+
+def test_best_threshold_takes_the_middle_of_the_best_plateau():
+    # every t in (0.2, 0.8] gives F1 = 1 (the bad step scores 0.2, the lowest good one 0.8): the
+    # middle of that plateau is 0.5 in logit space, not an edge that float noise could move
+    scores = [[0.9, 0.2], [0.8, 0.95]]
+    errors = [1, -1]
+    t = best_threshold(scores, errors)
+    assert abs(t - 0.5) < 0.01
+    # scores moved by 1e-4 (bf16 vs fp32 noise): the plateau's edges move, its middle barely does
+    noisy = [[s + 1e-4 for s in ss] for ss in scores]
+    assert abs(best_threshold(noisy, errors) - t) < 0.01
+
+
+def test_best_threshold_is_one_half_when_f1_is_undefined():
+    # dev items of one class (no all-correct item): F1 is undefined at every threshold
+    assert best_threshold([[0.9, 0.1], [0.3]], [1, 0]) == 0.5

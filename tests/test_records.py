@@ -162,3 +162,16 @@ def test_real_processbench_and_prmbench_files_load(shared_data):
     pm = read_prmbench(shared_data("prmbench", "train_p1_first400_4o_circular.jsonl"))
     assert 790 <= len(pm) <= 802 and len({r.id for r in pm}) == len(pm)
     assert sum(r.id.endswith('-orig') for r in pm) >= 400
+
+
+def test_sample_questions_keeps_whole_questions_seeded_and_in_order():
+    from prm_distill.records import Trajectory, sample_questions
+
+    recs = [Trajectory(id=f"{q}{i}", question=q, steps=["s"], labels=[1.0]) for q, n in [("a", 3), ("b", 1), ("c", 2), ("d", 2)] for i in range(n)]
+    one = sample_questions(recs, 3, seed=7)
+    assert one == sample_questions(recs, 3, seed=7)  # the same items on every path that samples
+    kept = {r.question for r in one}
+    assert all((r.question in kept) == (r in one) for r in recs)  # a question is kept whole or not at all
+    assert len(one) >= 3 and len(one) < 3 + 3  # stops once the limit is reached (a question holds at most 3)
+    assert [r.id for r in one] == [r.id for r in recs if r.question in kept]  # file order
+    assert sample_questions(recs, None) == recs and sample_questions(recs, 100) == recs

@@ -18,7 +18,7 @@ import torch
 
 from ..encoding import StepEncoder, Window
 from ..inference import pad_batch
-from ..records import Trajectory, load_records, split_by_question
+from ..records import Trajectory, load_records, sample_questions, split_by_question
 from ..synthetic import SyntheticConfig, generate
 from .config import LossConfig, TrainJobConfig
 
@@ -132,15 +132,7 @@ def load_data(cfg: TrainJobConfig) -> tuple[list[Trajectory], list[Trajectory]]:
         dev = [r for p in d.dev for r in load_records(p, d.format)]
     else:
         train, dev = split_by_question(train, d.dev_fraction, seed)
-    if d.dev_limit is not None and len(dev) > d.dev_limit:
-        questions = sorted({r.question for r in dev})
-        random.Random(seed).shuffle(questions)
-        keep: set[str] = set()
-        for q in questions:  # whole questions, until the limit is reached
-            if sum(r.question in keep for r in dev) >= d.dev_limit:
-                break
-            keep.add(q)
-        dev = [r for r in dev if r.question in keep]
+    dev = sample_questions(dev, d.dev_limit, seed)
     if not any(lab is not None for r in train for lab in (r.labels or [])):
         raise ValueError("the training data has no supervised step (every label is missing)")
     return train, dev
