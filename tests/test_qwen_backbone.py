@@ -57,7 +57,8 @@ def flat(rows):
 
 
 def test_the_engine_runs_qwen2_fused_and_matches_the_plain_forward(qwen2_checkpoint):
-    engine = PRMEngine.from_checkpoint(qwen2_checkpoint, device="cpu", dtype="float32", verifier=False)
+    # cpu_kernels="fused" explicitly: auto runs fp32 on Intel through the plain forward (AUTO_CPU_KERNELS)
+    engine = PRMEngine.from_checkpoint(qwen2_checkpoint, device="cpu", dtype="float32", cpu_kernels="fused", verifier=False)
     assert isinstance(engine.model, FusedTokenClassifier)  # q/k/v biases are packed into the fused qkv matmul
     got = engine.score(ITEMS)
     want = reference_scores(qwen2_checkpoint, ITEMS)
