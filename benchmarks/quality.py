@@ -20,18 +20,13 @@ from pathlib import Path
 
 from prm_distill.atomic import write_json
 from prm_distill.checkpoint import read_sidecar
+from prm_distill.evaluate import DEV_LIMIT, dev_sample
 from prm_distill.metrics import best_threshold, report
-from prm_distill.records import load_records, sample_questions
+from prm_distill.records import load_records
 from prm_distill.serve import PRMEngine
 from prm_distill.verify import DEFAULT_CAP, apply_rule, rule
 
 VARIANTS = ("student", "verifier", "composed")
-
-
-def _dev_sample(paths: list[str], limit: int | None, seed: int = 0):
-    """Whole questions of the dev files, seeded (the same sample for every checkpoint, and the one
-    `prm-distill eval --dev` and training take: records.sample_questions)."""
-    return sample_questions([r for p in paths for r in load_records(p, "jsonl")], limit, seed)
 
 
 def _variants(engine: PRMEngine, records, cap: float) -> dict[str, list[list[float]]]:
@@ -54,7 +49,7 @@ def evaluate_checkpoint(model: str, dev_files: list[str], tests: list[str], dev_
                         test_limit: int | None = None) -> dict:
     engine = PRMEngine.from_checkpoint(model, device=device, verifier=False)
     t0 = time.time()
-    dev = _dev_sample(dev_files, dev_limit)
+    dev = dev_sample(dev_files, "jsonl", dev_limit)  # the sample `prm-distill eval --dev` chooses on
     dev_scores = _variants(engine, dev, cap)
     thresholds = {v: (0.5 if v == "verifier" else best_threshold(dev_scores[v], [r.first_error for r in dev])) for v in VARIANTS}
     tr = read_sidecar(model).training
@@ -86,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", required=True)
     p.add_argument("--dev", action="append", required=True, help="dev split of the training sources (thresholds are chosen here)")
     p.add_argument("--test", action="append", required=True, help="ProcessBench file (never used to choose anything)")
-    p.add_argument("--dev-limit", type=int, default=600, help="score at most this many dev records (whole questions, seeded)")
+    p.add_argument("--dev-limit", type=int, default=DEV_LIMIT, help="score at most this many dev records (whole questions, seeded)")
     p.add_argument("--test-limit", type=int, default=None, help="score a seeded sample of this many items of each test file (default: all)")
     p.add_argument("--cap", type=float, default=None, help="verifier cap (default: the checkpoint's rule, else 0.1)")
     p.add_argument("--snapshots", help="folder of training snapshots (step-N): the learning curve")

@@ -40,7 +40,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from .serve.engine import PRMEngine
 
     engine = PRMEngine.from_checkpoint(args.model, device=args.device, verifier=not args.no_verifier)
-    rep = evaluate_files(engine, args.data, args.format, threshold=args.threshold, dev_files=args.dev or (), limit=args.limit,
+    rep = evaluate_files(engine, args.data, args.format, threshold=args.threshold, dev_files=args.dev or (), limit=args.limit, dev_limit=args.dev_limit or None,
                          dev_format=args.dev_format)
     print(format_report(rep))
     if args.output:
@@ -188,7 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--dev", action="append", help="dev file to choose the threshold on (never the evaluated files)")
     e.add_argument("--dev-format", choices=FORMATS, help="format of the --dev files (default: --format)")
     e.add_argument("--no-verifier", action="store_true", help="the model's scores alone, without the checkpoint's verifier rule (to compare)")
-    e.add_argument("--limit", type=int, help="at most N items per file")
+    e.add_argument("--limit", type=int, help="a seeded sample of whole questions per file, about N items (not the first N)")
+    e.add_argument("--dev-limit", type=int, default=600, help="choose the threshold on a seeded sample of about this many dev records "
+                   "(whole questions; the sample benchmarks/quality.py takes); 0 = all")
     e.add_argument("--output", help="write the report as JSON here")
     e.add_argument("--device", default="auto")
     e.set_defaults(func=cmd_eval)

@@ -13,21 +13,31 @@ from typing import Sequence
 from .calibration import decision_threshold
 from .metrics import best_threshold, fmt, report
 from .protocol import StepScorer
-from .records import Trajectory, load_records
+from .records import Trajectory, load_records, sample_questions
+
+# Dev records a threshold is chosen on: a seeded sample of whole questions (records.sample_questions), the same
+# for `prm-distill eval --dev` and benchmarks/quality.py, so both choose the same threshold from the same files.
+DEV_LIMIT = 600
 
 
 def _score(engine: StepScorer, records: Sequence[Trajectory]) -> list[list[float]]:
     return engine.score([(r.question, r.steps) for r in records])
 
 
-def choose_threshold(engine: StepScorer, threshold: float | None, dev_files: Sequence[str], fmt: str, dev_format: str | None = None) -> tuple[float, str]:
+def dev_sample(dev_files: Sequence[str], fmt: str = "jsonl", limit: int | None = DEV_LIMIT, seed: int = 0) -> list[Trajectory]:
+    """The dev records a threshold is chosen on (see DEV_LIMIT)."""
+    return sample_questions([r for p in dev_files for r in load_records(p, fmt)], limit, seed)
+
+
+def choose_threshold(engine: StepScorer, threshold: float | None, dev_files: Sequence[str], fmt: str, dev_format: str | None = None,
+                     dev_limit: int | None = DEV_LIMIT) -> tuple[float, str]:
     if threshold is not None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"--threshold must be in [0, 1], got {threshold}")
         return threshold, "given"
     if dev_files:
-        dev = [r for p in dev_files for r in load_records(p, dev_format or fmt)]
-        return best_threshold(_score(engine, dev), [r.first_error for r in dev]), "dev: " + ", ".join(dev_files)
+        dev = dev_sample(dev_files, dev_format or fmt, dev_limit)
+        return best_threshold(_score(engine, dev), [r.first_error for r in dev]), f"dev ({len(dev)} records): " + ", ".join(dev_files)
     if engine.sidecar.threshold is not None:  # raw scores are evaluated: no calibration maps it
         return decision_threshold(engine.sidecar.threshold, None), "checkpoint (chosen on its training dev split)"
     return decision_threshold(None, None), "default"
@@ -42,14 +52,16 @@ def evaluate_files(
     dev_files: Sequence[str] = (),
     limit: int | None = None,
     dev_format: str | None = None,
+    dev_limit: int | None = DEV_LIMIT,
 ) -> dict:
     """Overall report at the top level, plus one per file under 'files'. `engine` is any
     `protocol.StepScorer` (in-process engine, vLLM, ...); its raw scores are evaluated. Every
-    decision (step_accuracy, ProcessBench F1) is taken at the one chosen threshold."""
-    thr, source = choose_threshold(engine, threshold, dev_files, fmt, dev_format)
+    decision (step_accuracy, ProcessBench F1) is taken at the one chosen threshold. `limit`: a seeded sample of
+    whole questions per file (records.sample_questions), not the first items (a file may be sorted by label)."""
+    thr, source = choose_threshold(engine, threshold, dev_files, fmt, dev_format, dev_limit)
     all_scores, all_records, per_file = [], [], {}
     for path in files:
-        records = load_records(path, fmt)[:limit] if limit else load_records(path, fmt)
+        records = sample_questions(load_records(path, fmt), limit)
         scores = _score(engine, records)
         per_file[str(path)] = report(scores, [r.labels for r in records], [r.first_error for r in records], thr)
         all_scores += scores

@@ -37,6 +37,43 @@ def test_eval_threshold_sources_and_limit(tiny_checkpoint, synthetic_files, tmp_
     assert json.loads(out.read_text())["threshold_source"].startswith("dev")
 
 
+def test_eval_limit_is_a_seeded_sample_not_the_first_items(tiny_checkpoint, tmp_path):
+    """A file sorted by label (ProcessBench's first ~45 GSM8K items all have an error): the first 4 would be one class."""
+    from prm_distill.records import Trajectory, write_jsonl
+
+    recs = [Trajectory(id=f"e{i}", question=f"What is {i} + 1?", steps=[f"{i} + 1 = {i + 3}."], labels=[0.0]) for i in range(20)]
+    recs += [Trajectory(id=f"c{i}", question=f"What is {i} + 2?", steps=[f"{i} + 2 = {i + 2}."], labels=[1.0]) for i in range(20)]
+    write_jsonl(recs, tmp_path / "sorted.jsonl")
+    out = tmp_path / "r.json"
+    args = ["eval", "--model", str(tiny_checkpoint), "--data", str(tmp_path / "sorted.jsonl"), "--limit", "8", "--threshold", "0.5", "--output", str(out)]
+    assert main(args) == 0
+    first = json.loads(out.read_text())
+    assert first["n_items"] == 8 and first["acc_correct"] is not None and first["acc_erroneous"] is not None  # both classes drawn
+    assert main(args) == 0 and json.loads(out.read_text()) == first  # seeded: the same sample again
+
+
+def test_eval_dev_and_quality_py_choose_the_same_threshold_from_the_same_dev_files(tiny_checkpoint, synthetic_files, tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    from prm_distill.evaluate import DEV_LIMIT
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "quality.py"
+    spec = importlib.util.spec_from_file_location("quality", path)
+    quality = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(quality)
+    cap = json.loads((tiny_checkpoint / "prm_distill.json").read_text())["verifier"]["cap"]
+    res = quality.evaluate_checkpoint(str(tiny_checkpoint), [str(synthetic_files["dev"])], [], DEV_LIMIT, cap)
+    out = tmp_path / "r.json"
+    for extra, variant in (([], "composed"), (["--no-verifier"], "student")):
+        assert main(["eval", "--model", str(tiny_checkpoint), "--data", str(synthetic_files["test"]), "--dev", str(synthetic_files["dev"]),
+                     "--output", str(out), *extra]) == 0
+        assert json.loads(out.read_text())["threshold"] == res["thresholds"][variant]
+    from prm_distill.cli import build_parser
+
+    assert build_parser().parse_args(["eval", "--model", "m", "--data", "d"]).dev_limit == DEV_LIMIT  # eval's default is quality.py's
+
+
 def test_eval_on_processbench_format(tiny_checkpoint, tmp_path):
     items = [
         {"id": "a", "generator": "g", "problem": "What is 2 + 3?", "steps": ["2 + 3 = 6.", "So 6."], "final_answer_correct": False, "label": 0},

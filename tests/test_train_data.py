@@ -110,3 +110,30 @@ def test_the_collator_flattens_tags_targets_and_weights_over_the_batch(encoder_o
     assert batch["tag_pos"].tolist() == rows[0].window.tag_positions + rows[1].window.tag_positions
     assert batch["targets"].tolist() == [1.0, 0.0, 0.5] and batch["weights"].tolist() == [1.0, 1.0, 1.0]
     assert Collator(pad_id=0, pregrouped=True)([rows])["tag_batch"].tolist() == [0, 0, 1]
+
+
+def _records_file(path, n: int, prefix: str):
+    from prm_distill.records import write_jsonl
+
+    write_jsonl([Trajectory(id=f"{prefix}{i}", question=f"{prefix} question {i}?", steps=[f"step {i}."], labels=[1.0])
+                 for i in range(n)], path)
+    return str(path)
+
+
+def test_data_mix_gives_each_file_its_share_of_the_stream(tmp_path):
+    """10 + 2 records, mix [1, 1]: 12 records, 6 from each file; the small file's 2 records 3 times each."""
+    from collections import Counter
+
+    from prm_distill.train.config import DataConfig, TrainJobConfig
+    from prm_distill.train.data import load_data
+
+    big, small = _records_file(tmp_path / "big.jsonl", 10, "b"), _records_file(tmp_path / "small.jsonl", 2, "s")
+    dev = _records_file(tmp_path / "dev.jsonl", 2, "d")
+    train, _ = load_data(TrainJobConfig(data=DataConfig(train=[big, small], dev=[dev], mix=[1.0, 1.0])))
+    counts = Counter(r.id for r in train)
+    assert len(train) == 12 and sum(v for k, v in counts.items() if k.startswith("b")) == 6
+    assert counts["s0"] == counts["s1"] == 3 and max(v for k, v in counts.items() if k.startswith("b")) == 1
+    plain, _ = load_data(TrainJobConfig(data=DataConfig(train=[big, small], dev=[dev])))
+    assert sorted(r.id for r in plain) == sorted([f"b{i}" for i in range(10)] + ["s0", "s1"])
+    with pytest.raises(ValueError, match="2 data.train files"):
+        load_data(TrainJobConfig(data=DataConfig(train=[big, small], dev=[dev], mix=[1.0])))

@@ -16,10 +16,11 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from ..atomic import write_json
 from ..records import RecordError, Trajectory, iter_jsonl, split_by_question, write_jsonl
+from .latex import MATH_KINDS
 from .perturb import KINDS, NUMBER, Perturber, mark_statements, num
 
 log = logging.getLogger("prm_distill.data")
@@ -29,7 +30,8 @@ _ANSWER_STYLES = ("The answer is {a}.", "So the answer is {a}.", "Therefore, the
 @dataclass
 class BuildConfig:
     variants: int = field(default=3, metadata={"help": "First-error variants per solution (each of a different kind where possible)."})
-    kinds: list[str] = field(default_factory=lambda: list(KINDS), metadata={"help": f"Error kinds to use: {', '.join(KINDS)}."})
+    kinds: list[str] | None = field(default=None, metadata={"help": (
+        f"Error kinds to use (default: every kind of the source). gsm8k, prmbench, steps: {', '.join(KINDS)}; math: {', '.join(MATH_KINDS)}.")})
     seed: int = field(default=0, metadata={"help": "Seed of the variant choices and of the dev split."})
     dev_fraction: float = field(default=0.05, metadata={"help": "Share of questions held out (whole questions) as dev.jsonl."})
     limit: int | None = field(default=None, metadata={"help": "Read at most this many input records."})
@@ -38,15 +40,22 @@ class BuildConfig:
         "solution cut after some of its lines, jumping to the answer (kept lines 1, the answer step 0). 0 turns them off.")})
 
     def __post_init__(self) -> None:
-        bad = [k for k in self.kinds if k not in KINDS]
+        bad = [k for k in self.kinds or [] if k not in KINDS + MATH_KINDS]
         if bad:
-            raise ValueError(f"unknown error kind(s) {bad}; known: {', '.join(KINDS)}")
+            raise ValueError(f"unknown error kind(s) {bad}; known: {', '.join(KINDS + MATH_KINDS)}")
         if self.variants < 0:
             raise ValueError("variants must be >= 0")
         if not 0.0 <= self.dev_fraction < 1.0:
             raise ValueError("dev_fraction must be in [0, 1)")
         if not 0.0 <= self.bare_answers <= 1.0:
             raise ValueError(f"bare_answers must be in [0, 1], got {self.bare_answers}")
+
+    def kinds_for(self, known: tuple[str, ...]) -> list[str]:
+        """The kinds to use on a source whose kinds are `known` (all of them when none were given)."""
+        bad = [k for k in self.kinds or [] if k not in known]
+        if bad:
+            raise ValueError(f"error kind(s) {bad} do not apply to this source; its kinds: {', '.join(known)}")
+        return list(self.kinds or known)
 
 
 @dataclass
@@ -113,7 +122,7 @@ def variants_of(src: Source, cfg: BuildConfig, rng: random.Random, counts: Count
     out = [Trajectory(id=f"{src.id}-orig", question=src.question, steps=steps, labels=[1.0] * len(steps), outcome=1.0,
                       metadata={**src.metadata, "kind": "original"})]
     pert = Perturber(src.question, lines, rng)
-    kinds = list(cfg.kinds)
+    kinds = cfg.kinds_for(KINDS)
     rng.shuffle(kinds)
     made = 0
     for kind in kinds:
@@ -169,25 +178,79 @@ def bare_answers_of(src: Source, cfg: BuildConfig, counts: Counter) -> list[Traj
     return out
 
 
-def _build(sources: Iterable[Source], extra: list[Trajectory], out_dir: str | Path, cfg: BuildConfig, skipped: list[str], origin: str) -> dict:
+def excluded_questions(paths: Iterable[str | Path], option: str = "--exclude") -> set[str]:
+    """The problem texts of test files to keep out of training (`--exclude`): ProcessBench JSON (a list of
+    items with `problem`) or JSONL records (`question`, or `problem`). Compared after `.strip()`."""
+    import json
+
+    out: set[str] = set()
+    for path in paths:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise RecordError(f"{option} {path}: cannot read it ({e})") from None
+        try:
+            if text.lstrip().startswith("["):
+                items = json.loads(text)
+            else:
+                items = [json.loads(line) for line in text.splitlines() if line.strip()]
+        except json.JSONDecodeError as e:
+            raise RecordError(f"{option} {path}: neither a JSON list nor JSONL ({e})") from None
+        found = {str(it.get("question") or it.get("problem")).strip() for it in items
+                 if isinstance(it, dict) and isinstance(it.get("question") or it.get("problem"), str)}
+        if not found:
+            raise RecordError(f"{option} {path}: no 'problem' or 'question' texts in it")
+        out |= found
+    return out
+
+
+def drop_excluded(records: list[Trajectory], exclude: set[str]) -> tuple[list[Trajectory], int]:
+    """(records whose question is not excluded, number of distinct questions dropped)."""
+    dropped = {r.question for r in records if r.question.strip() in exclude}
+    return [r for r in records if r.question not in dropped], len(dropped)
+
+
+def split_with_sides(records: list[Trajectory], fraction: float, seed: int, dev_with: set[str],
+                     train_with: set[str]) -> tuple[list[Trajectory], list[Trajectory], dict[str, int]]:
+    """`split_by_question`, except that questions another source already holds out (`dev_with`) go to dev and
+    those it trains on (`train_with`) stay in train, so a mix of sources that share problems stays disjoint."""
+    forced_dev = {r.question for r in records if r.question.strip() in dev_with}
+    forced_train = {r.question for r in records if r.question.strip() in train_with} - forced_dev
+    free = [r for r in records if r.question not in forced_dev and r.question not in forced_train]
+    train, dev = split_by_question(free, fraction, seed)
+    dev_set = {r.question for r in dev} | forced_dev
+    sides = {"dev_with": len(forced_dev), "train_with": len(forced_train)}
+    return [r for r in records if r.question not in dev_set], [r for r in records if r.question in dev_set], sides
+
+
+def _build(sources: Iterable[Source], extra: list[Trajectory], out_dir: str | Path, cfg: BuildConfig, skipped: list[str], origin: str,
+           exclude: set[str] | None = None, make: Callable[[Source, BuildConfig, random.Random, Counter], list[Trajectory]] | None = None,
+           known: tuple[str, ...] = KINDS, dev_with: set[str] | None = None, train_with: set[str] | None = None) -> dict:
+    """`make` gives the records of one source (default: GSM8K-style variants and bare answers), `known` its error kinds;
+    `dev_with` / `train_with`: problems another source holds out / trains on keep that side (`split_with_sides`)."""
     rng = random.Random(cfg.seed)
     counts: Counter = Counter()
     records = list(extra)
     n_sources = 0
     for src in sources:
         n_sources += 1
+        if make is not None:
+            records += make(src, cfg, rng, counts)
+            continue
         records += variants_of(src, cfg, rng, counts)
         records += bare_answers_of(src, cfg, counts)
     for s in skipped[:20]:
         log.warning("skipped %s", s)
     if len(skipped) > 20:
         log.warning("... and %d more skipped lines", len(skipped) - 20)
-    train, dev = split_by_question(records, cfg.dev_fraction, cfg.seed)
+    records, excluded = drop_excluded(records, exclude or set())
+    train, dev, sides = split_with_sides(records, cfg.dev_fraction, cfg.seed, dev_with or set(), train_with or set())
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     write_jsonl(train, out / "train.jsonl")
     write_jsonl(dev, out / "dev.jsonl")
-    kinds = {k: {"made": counts[f"{k}.made"], "skipped": counts[f"{k}.skipped"]} for k in cfg.kinds}
+    kinds = {k: {"made": counts[f"{k}.made"], "skipped": counts[f"{k}.skipped"]} for k in cfg.kinds_for(known)}
+    originals = [r for r in records if r.metadata.get("kind") == "original"]
     label_counts = Counter("good" if lab > 0.5 else "bad" if lab < 0.5 else "neutral" for r in records for lab in (r.labels or []) if lab is not None)
     summary = {
         "source": origin,
@@ -195,24 +258,28 @@ def _build(sources: Iterable[Source], extra: list[Trajectory], out_dir: str | Pa
         "skipped_lines": len(skipped),
         "skipped": skipped[:100],
         "records": len(records),
-        "originals": sum(r.metadata.get("kind") == "original" for r in records),
+        "originals": len(originals),
+        "steps_per_solution": round(sum(len(r.steps) for r in originals) / max(1, len(originals)), 3),
         "variants": kinds,
         "bare_answers": {k: {"made": counts[f"{k}.made"], "skipped": counts[f"{k}.skipped"]} for k in ("bare_answer", "skipped_steps")},
         "extra_records": len(extra),
+        "excluded_problems": excluded,
+        "sides_from_other_sources": sides,
         "labels": dict(label_counts),
         "unsupervised_steps": sum(lab is None for r in records for lab in (r.labels or [])),
         "train_records": len(train),
         "dev_records": len(dev),
         "dev_questions": len({r.question for r in dev}),
-        "config": {"variants": cfg.variants, "kinds": cfg.kinds, "seed": cfg.seed, "dev_fraction": cfg.dev_fraction, "bare_answers": cfg.bare_answers},
+        "config": {"variants": cfg.variants, "kinds": list(kinds), "seed": cfg.seed, "dev_fraction": cfg.dev_fraction, "bare_answers": cfg.bare_answers},
     }
     write_json(out / "summary.json", summary)
     return summary
 
 
-def build_from_gsm8k(path: str | Path, out_dir: str | Path, cfg: BuildConfig) -> dict:
+def build_from_gsm8k(path: str | Path, out_dir: str | Path, cfg: BuildConfig, exclude: set[str] | None = None, dev_with: set[str] | None = None,
+                     train_with: set[str] | None = None) -> dict:
     sources, skipped = read_gsm8k(path, cfg.limit)
-    return _build(sources, [], out_dir, cfg, skipped, f"gsm8k: {path}")
+    return _build(sources, [], out_dir, cfg, skipped, f"gsm8k: {path}", exclude, dev_with=dev_with, train_with=train_with)
 
 
 def sources_from_steps(records: Iterable[Trajectory]) -> list[Source]:
@@ -221,14 +288,16 @@ def sources_from_steps(records: Iterable[Trajectory]) -> list[Source]:
                    metadata={k: v for k, v in r.metadata.items() if k == "source"}) for r in records]
 
 
-def build_from_steps(records: list[Trajectory], out_dir: str | Path, cfg: BuildConfig, origin: str, keep_given: bool = True) -> dict:
+def build_from_steps(records: list[Trajectory], out_dir: str | Path, cfg: BuildConfig, origin: str, keep_given: bool = True,
+                     exclude: set[str] | None = None, dev_with: set[str] | None = None,
+                     train_with: set[str] | None = None) -> dict:
     """Variants of the all-good records (labels all 1, or none); with keep_given, the given
     labelled records (e.g. PRMBench's modified processes) are written too."""
     originals = [r for r in records if r.labels is None or all(lab == 1.0 for lab in r.labels)]
     given = [r for r in records if r not in originals] if keep_given else []
     if cfg.limit is not None:
         originals = originals[: cfg.limit]
-    return _build(sources_from_steps(originals), given, out_dir, cfg, [], origin)
+    return _build(sources_from_steps(originals), given, out_dir, cfg, [], origin, exclude, dev_with=dev_with, train_with=train_with)
 
 
 def read_step_records(paths: list[str], fmt: str) -> list[Trajectory]:

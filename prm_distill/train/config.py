@@ -54,6 +54,9 @@ class LoraSettings:
 class DataConfig:
     train: list[str] = field(default_factory=list, metadata={"help": "Training files (labelled records)."})
     dev: list[str] = field(default_factory=list, metadata={"help": "Dev files for periodic evaluation and the decision threshold; empty = hold out dev_fraction of train."})
+    mix: list[float] = field(default_factory=list, metadata={"help": (
+        "Shares of the training files in the training stream, one per file of data.train (e.g. [1, 1, 2]): each file gives "
+        "share/sum x (all records) records, its own repeated or sampled to that count; empty = every record once.")})
     format: str = field(default="jsonl", metadata={"help": "Format of the files: jsonl | processbench | prmbench."})
     dev_fraction: float = field(default=0.1, metadata={"help": "Share of training questions held out as dev when no dev files are given."})
     synthetic: int = field(default=0, metadata={"help": "When no train files are given: generate this many embedded arithmetic trajectories."})

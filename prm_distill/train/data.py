@@ -118,13 +118,19 @@ def load_data(cfg: TrainJobConfig) -> tuple[list[Trajectory], list[Trajectory]]:
     """(train, dev) records: files or the synthetic set, deduplicated, shuffled, limited; dev from
     `data.dev` or a by-question split of the training records, cut to `data.dev_limit` whole questions."""
     d, seed = cfg.data, cfg.optim.seed
+    if d.mix and len(d.mix) != len(d.train):
+        raise ValueError(f"data.mix has {len(d.mix)} shares for {len(d.train)} data.train files: give one per file")
+    if d.mix and (any(w < 0 for w in d.mix) or not sum(d.mix) > 0):
+        raise ValueError(f"data.mix shares must be >= 0 with a positive sum, got {d.mix}")
     if d.train:
-        train = [r for p in d.train for r in load_records(p, d.format)]
+        files = [load_records(p, d.format) for p in d.train]
+        train = _dedupe([r for f in files for r in f])
+        if d.mix:
+            train = _mix(train, files, d.mix, seed)
     elif d.synthetic:
         train = generate(SyntheticConfig(n=d.synthetic, seed=seed, id_prefix="train"))
     else:
         raise ValueError("no training data: set data.train (files) or data.synthetic (a count)")
-    train = _dedupe(train)
     random.Random(seed).shuffle(train)
     if d.limit is not None:
         train = train[: d.limit]
@@ -136,6 +142,25 @@ def load_data(cfg: TrainJobConfig) -> tuple[list[Trajectory], list[Trajectory]]:
     if not any(lab is not None for r in train for lab in (r.labels or [])):
         raise ValueError("the training data has no supervised step (every label is missing)")
     return train, dev
+
+
+def _mix(records: list[Trajectory], files: list[list[Trajectory]], shares: list[float], seed: int) -> list[Trajectory]:
+    """`data.mix`: the deduplicated records regrouped by the file each came from, each file's share of the total
+    count taken from its own (shuffled) records, whole passes first, then a sample of the rest."""
+    kept = {id(r) for r in records}
+    per_file = [[r for r in f if id(r) in kept] for f in files]
+    total, weight = len(records), sum(shares)
+    rng = random.Random(seed)
+    out: list[Trajectory] = []
+    for f, share in zip(per_file, shares, strict=True):
+        n = round(total * share / weight)
+        if n and not f:
+            raise ValueError("data.mix gives a share to a training file with no records left after deduplication")
+        order = list(f)
+        rng.shuffle(order)
+        out += order * (n // len(order)) + order[: n % len(order)] if order else []
+    log.info("data.mix %s: %s records per file", shares, [round(total * s / weight) for s in shares])
+    return out
 
 
 def _dedupe(records: list[Trajectory]) -> list[Trajectory]:
