@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch is pinned: on these machines 2.13.0 is a local CPU build; an unpinned torch pulls a multi-GB CUDA build.
 TORCH ?= torch==2.13.0
 
-.PHONY: venv vllm-venv demo test test-fast lint bench quality clean
+.PHONY: venv vllm-venv trainer-venvs demo test test-fast lint bench quality clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,8 +29,16 @@ vllm-venv:
 demo: venv
 	OMP_NUM_THREADS=2 $(BIN)/prm-distill pipeline
 
-test: venv vllm-venv
+# Each RL trainer whose pins clash with ours gets its own venv with this package installed beside it, pins
+# unchanged (verl 0.9.1: transformers <5.11; OpenRLHF 0.11.2: ==5.15.0): tests/integrations/test_verl_real.py
+# drives .venv-verl from .venv; the OpenRLHF tests run inside .venv-openrlhf. Tests skip where a venv is absent.
+trainer-venvs:
+	scripts/setup_verl.sh
+	scripts/setup_openrlhf.sh
+
+test: venv vllm-venv trainer-venvs
 	$(BIN)/python -m pytest -q
+	.venv-openrlhf/bin/python -m pytest -q -p no:cacheprovider tests/integrations/test_openrlhf.py
 
 # Everything but the tests marked slow (real backbones, vLLM, several processes, building a wheel).
 test-fast: venv

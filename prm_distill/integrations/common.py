@@ -51,6 +51,14 @@ class FallbackCounter:
         self.scored = 0
         self.fallbacks: Counter[str] = Counter()
 
+    def __getstate__(self) -> dict[str, Any]:
+        with self._lock:
+            return {"scored": self.scored, "fallbacks": Counter(self.fallbacks)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._lock = threading.Lock()
+        self.scored, self.fallbacks = state["scored"], state["fallbacks"]
+
     def count(self, scored: int = 0, reasons: Sequence[str] = ()) -> None:
         with self._lock:
             self.scored += scored
@@ -126,21 +134,66 @@ class PRMBackend:
         self.splitter = splitter_config(splitter, split)
         self.calibrate = calibrate
         self.url = url
+        # What a pickled copy rebuilds itself from (the engine and the HTTP client are not picklable).
+        self._spec = dict(model=model, url=url, api_key=api_key, device=device, dtype=dtype, max_batch_tokens=max_batch_tokens,
+                          client_config=client_config)
+        self._given_engine = engine
+        self._open()
+
+    def _open(self) -> None:
+        spec = self._spec
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: Any = None
-        self._engine: Any = engine
-        if model is not None:
+        self._client_config: Any = None
+        self._engine: Any = self._given_engine
+        if spec["model"] is not None:
             from prm_distill.serve.engine import PRMEngine
 
-            self._engine = PRMEngine.from_checkpoint(model, device=device, dtype=dtype, max_batch_tokens=max_batch_tokens)
-        elif url is not None:
+            self._engine = PRMEngine.from_checkpoint(spec["model"], device=spec["device"], dtype=spec["dtype"],
+                                                     max_batch_tokens=spec["max_batch_tokens"])
+        elif spec["url"] is not None:
             from prm_distill.serve.client import ClientConfig, PRMClient
 
             self._loop = asyncio.new_event_loop()
             threading.Thread(target=self._loop.run_forever, name="prm-distill-client", daemon=True).start()
-            config = client_config or ClientConfig()
-            self._client = self._run(PRMClient.connect(url, api_key=api_key, config=config)).result()
+            self._client_config = spec["client_config"] or ClientConfig()
+            self._client = self._run(PRMClient.connect(spec["url"], api_key=spec["api_key"], config=self._client_config)).result()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Options only: an unpickled copy (TRL's AsyncGRPOTrainer, a Ray worker) loads its own engine or
+        opens its own client. A backend built around a given `engine=` pickles that engine."""
+        return {"splitter": self.splitter, "calibrate": self.calibrate, "url": self.url, "_spec": self._spec,
+                "_given_engine": self._given_engine}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._open()
+
+    async def _score_remote(self, items: list[tuple[str, Sequence[str]]]) -> list[list[float]]:
+        """One scoring request, retried per the client's one retry policy when the server accepted the
+        connection but did not answer in time (scoring is idempotent); then PRMServerError naming URL and timeout."""
+        import httpx
+
+        from prm_distill.retry import Retryable
+        from prm_distill.serve.client import PRMServerError
+
+        config = self._client_config
+        policy = config.retry_policy()
+
+        async def attempt() -> list[list[float]]:
+            try:
+                scores: list[list[float]] = await self._client.score_batch(items)
+            except httpx.TimeoutException as e:
+                raise Retryable(f"{type(e).__name__}") from e
+            return scores
+
+        try:
+            return await policy.acall(attempt)
+        except Retryable as e:
+            raise PRMServerError(
+                f"{self.url}: no answer within {config.timeout_s:g} s (ClientConfig.timeout_s; {type(e.__cause__).__name__}) "
+                f"after {policy.attempts} attempts") from e.__cause__
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
         assert self._loop is not None
@@ -164,7 +217,7 @@ class PRMBackend:
             with self._lock:  # one forward pass at a time on a shared engine
                 raw = self._engine.score(list(items))
         else:
-            raw = self._run(self._client.score_batch(list(items))).result()
+            raw = self._run(self._score_remote(list(items))).result()
         return self._calibrated(raw)
 
     async def ascore_steps(self, items: Sequence[tuple[str, Sequence[str]]]) -> list[list[float]]:
@@ -173,7 +226,7 @@ class PRMBackend:
             return []
         if self._engine is not None:
             return await asyncio.to_thread(self.score_steps, items)
-        raw = await asyncio.wrap_future(self._run(self._client.score_batch(list(items))))
+        raw = await asyncio.wrap_future(self._run(self._score_remote(list(items))))
         return self._calibrated(raw)
 
     def _prepare(self, question: str, response: str) -> tuple[list[str], list[tuple[int, int]]]:

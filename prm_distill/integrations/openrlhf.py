@@ -66,10 +66,11 @@ def make_reward_func(
             except UnscorableError as e:
                 pairs.append(e)
         results = iter(prm.score_responses([p for p in pairs if not isinstance(p, UnscorableError)]))
-        rewards, fallback, reasons = [], [], []
+        rewards, fallback, n_steps, reasons = [], [], [], []
         for i, pair in enumerate(pairs):
             result = pair if isinstance(pair, UnscorableError) else next(results)
             score = aggregated(result, agg)
+            n_steps.append(0.0 if isinstance(result, UnscorableError) else float(len(result.scores)))
             if score is None:
                 assert isinstance(result, UnscorableError)
                 log.warning("reward_func: sample %d gets the fallback 0.0 (%s: %s)", i, result.reason, result)
@@ -78,7 +79,9 @@ def make_reward_func(
             fallback.append(float(score is None))
         counter.count(scored=len(pairs) - len(reasons), reasons=reasons)
         tensor = torch.tensor(rewards, dtype=torch.float32)
-        return {"rewards": tensor, "scores": tensor.clone(), "extra_logs": {"prm_fallback": torch.tensor(fallback)}}
+        # the same extra_logs keys as `prm-distill serve`'s /get_reward
+        extra_logs = {"prm_fallback": torch.tensor(fallback), "prm_num_steps": torch.tensor(n_steps)}
+        return {"rewards": tensor, "scores": tensor.clone(), "extra_logs": extra_logs}
 
     reward_func.fallbacks = counter  # type: ignore[attr-defined]
     reward_func.backend = prm  # type: ignore[attr-defined]

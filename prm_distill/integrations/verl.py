@@ -196,8 +196,10 @@ class _PRMCore:
             except AlignmentError as e:
                 result = UnscorableError("alignment", str(e))
         if isinstance(result, UnscorableError):
-            return row, {"prm_min_step_score": float("nan"), "prm_fallback": 1.0}, result.reason
-        return row, {"prm_min_step_score": min(result.scores), "prm_fallback": 0.0}, None
+            # 0.0, not NaN: verl averages each key over the batch, and a NaN would hide every scored row.
+            # The mean over scored rows is mean(prm_min_step_score) / (1 - mean(prm_fallback)).
+            return row, {"prm_min_step_score": 0.0, "prm_fallback": 1.0, "prm_num_steps": 0.0}, result.reason
+        return row, {"prm_min_step_score": min(result.scores), "prm_fallback": 0.0, "prm_num_steps": float(len(result.scores))}, None
 
 
 class PRMRewardManager(_PRMCore, _Base):
@@ -268,12 +270,23 @@ class PRMRewardLoopManager(_PRMCore, _LoopBase):
                  **kwargs: Any) -> None:
         options = dict(_config_section(config))
         options.update({k: v for k, v in kwargs.items() if k not in ("reward_router_address", "reward_model_tokenizer")})
+        dense_rows = options.pop("dense_rows", None)
         if _LoopBase is not object:
             _LoopBase.__init__(self, config, tokenizer, compute_score)
         self._setup(tokenizer, compute_score, options.pop("reward_fn_key", "data_source"), **options)
+        self.dense_rows = _dense_route(config) if dense_rows is None else bool(dense_rows)
+        if options.get("prm_backend") is None and self.prm.url is None:
+            workers = _get(_get(config, "reward"), "num_workers")
+            log.warning("prm_distill: this reward-loop worker loads its own PRM copy (one per reward.num_workers=%s); "
+                        "one `prm-distill serve` shared through prm_url= loads it once", workers)
 
     async def run_single(self, data: Any) -> dict[str, Any]:
-        """`{"reward_score": [one reward per valid response token], "reward_extra_info": {...}}` of the batch's last row."""
+        """`{"reward_score": ..., "reward_extra_info": {...}}` of the batch's last row. `reward_score` is one
+        float (the sum of the row: `outcome_weight * outcome + process_weight * sum of the step rewards`, i.e.
+        the weakest step's value plus the outcome under `min_form`) on verl's agent-loop route, and the
+        dense row (one reward per valid response token) on the colocated reward-model route
+        (`reward.reward_model.enable=True`, `enable_resource_pool=False`), whose `compute_rm_score` hands it
+        to `assemble_rm_scores`; `dense_rows=` in the options forces either."""
         i = len(data) - 1
         response_ids, prompt_text = self._sample(data, i)
         text, ends = decode_with_offsets(self.tokenizer, response_ids)
@@ -288,7 +301,11 @@ class PRMRewardLoopManager(_PRMCore, _LoopBase):
         if reason is not None:
             log.warning("PRM fallback (%s): outcome reward alone", reason)
         info = {"score": outcome, **{k: v for k, v in details.items() if k != "score"}, **logs}
-        return {"reward_score": row.tolist(), "reward_extra_info": info}
+        # verl's agent loop takes one float per sample (AgentLoopOutput.reward_score) and puts it at the
+        # last token; only RewardLoopManager.compute_rm_score (the colocated reward-model route) passes
+        # run_single's answer to assemble_rm_scores, which takes the dense row.
+        score: float | list[float] = row.tolist() if self.dense_rows else float(row.sum())
+        return {"reward_score": score, "reward_extra_info": info}
 
     @classmethod
     def assemble_rm_scores(cls, data: Any, scores: list[Any]) -> torch.Tensor:
@@ -305,21 +322,46 @@ class PRMRewardLoopManager(_PRMCore, _LoopBase):
         return rm_scores
 
 
-def _config_section(config: Any) -> Mapping[str, Any]:
-    """`config.reward.prm_distill` (added with `+reward.prm_distill.<option>=...`), or nothing."""
-    if config is None:
-        return {}
-    reward = config.get("reward") if hasattr(config, "get") else getattr(config, "reward", None)
-    section = reward.get("prm_distill") if reward is not None and hasattr(reward, "get") else None
+def _get(node: Any, key: str) -> Any:
+    if node is None:
+        return None
+    if hasattr(node, "get"):
+        try:
+            return node.get(key)
+        except Exception:  # noqa: BLE001 - a structured config without the key
+            return None
+    return getattr(node, key, None)
+
+
+def _to_dict(section: Any) -> dict[str, Any]:
     if section is None:
         return {}
     try:
-        from omegaconf import OmegaConf
+        from omegaconf import DictConfig, OmegaConf
 
-        container: Any = OmegaConf.to_container(section, resolve=True)
-        return dict(container)
-    except (ImportError, ValueError):
-        return dict(section)
+        if isinstance(section, DictConfig):
+            container: Any = OmegaConf.to_container(section, resolve=True)
+            return dict(container)
+    except ImportError:
+        pass
+    return dict(section)
+
+
+def _config_section(config: Any) -> Mapping[str, Any]:
+    """The PRM options in verl's config: `config.reward.reward_kwargs` (where verl puts a reward manager's
+    keywords: `+reward.reward_kwargs.<option>=...`, and where `migrate_legacy_reward_impl` moves
+    `reward_model.reward_kwargs`), then `config.reward.prm_distill` (this adapter's earlier section) over it."""
+    reward = _get(config, "reward")
+    options = _to_dict(_get(reward, "reward_kwargs"))
+    options.update(_to_dict(_get(reward, "prm_distill")))
+    return options
+
+
+def _dense_route(config: Any) -> bool:
+    """True where verl passes run_single's answer to `assemble_rm_scores` (RewardLoopManager.compute_rm_score:
+    `reward.reward_model.enable=True` without its own resource pool); False on the agent-loop route."""
+    reward_model = _get(_get(config, "reward"), "reward_model")
+    return bool(_get(reward_model, "enable")) and not bool(_get(reward_model, "enable_resource_pool"))
 
 
 def _non_tensor(data: Any, key: str, i: int) -> Any:
@@ -338,7 +380,35 @@ def _default_compute_score() -> Callable[..., Any]:
     return found
 
 
-if _register is not None:
-    _register("prm_distill")(PRMRewardManager)
-if _loop_register is not None:
-    _loop_register("prm_distill")(PRMRewardLoopManager)
+CANONICAL_MODULE = "prm_distill.integrations.verl"
+
+
+def _register_once(register: Any, lookup: Callable[[str], Any], name: str, cls: type) -> None:
+    """`register(name)(cls)` unless `name` already holds this class (verl's registries refuse a second one)."""
+    try:
+        current = lookup(name)
+    except (ValueError, KeyError):
+        current = None
+    if current is cls or (current is not None and (current.__module__, current.__qualname__) == (cls.__module__, cls.__qualname__)):
+        return
+    register(name)(cls)
+
+
+if __name__ != CANONICAL_MODULE:
+    # Loaded from this file under another name (verl's `load_extern_object` executes the file afresh each
+    # time, as `custom_module_<hash>`): hand out the package's own classes, registered once, so that loading
+    # the file twice, or importing the package and loading the file, gives one class and no "already registered".
+    import importlib
+
+    _canonical = importlib.import_module(CANONICAL_MODULE)
+    PRMRewardManager = _canonical.PRMRewardManager  # type: ignore[misc]
+    PRMRewardLoopManager = _canonical.PRMRewardLoopManager  # type: ignore[misc]
+else:
+    if _register is not None:
+        from verl.workers.reward_manager import get_reward_manager_cls as _lookup
+
+        _register_once(_register, _lookup, "prm_distill", PRMRewardManager)
+    if _loop_register is not None:
+        from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls as _loop_lookup
+
+        _register_once(_loop_register, _loop_lookup, "prm_distill", PRMRewardLoopManager)

@@ -116,3 +116,18 @@ def test_openrlhfs_own_reward_client_reads_our_route_and_loads_our_reward_func(p
     executor = agent.SingleTurnAgentExecutor(remote_rm_url=module.__file__)  # OpenRLHF loads the file itself
     [info] = asyncio.run(executor._fetch_rewards_via_func([PROMPT + BAD], [PROMPT], ["7"]))
     assert info["rewards"].tolist() == pytest.approx([min(step_scores(QUESTION, BAD))], abs=1e-6)
+
+
+def test_the_docs_curl_example_answers_what_the_docs_print(prm_server):
+    """docs/integrations.md's `curl .../get_reward` example, posted as written; its printed answer checked."""
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "integrations.md").read_text()
+    block = doc[doc.index("curl -s http://127.0.0.1:8000/get_reward"):]
+    body = json.loads(re.search(r"-d '(.*?)'", block, re.S).group(1))
+    printed = json.loads(re.search(r"^# (\{\"rewards\".*\})$", block, re.M).group(1))
+    answer = post(prm_server.url, body).json()
+    assert answer["extra_logs"] == printed["extra_logs"] == {"prm_fallback": [0.0], "prm_num_steps": [1.0]}
+    assert len(answer["rewards"]) == 1 and 0.0 <= answer["rewards"][0] <= 1.0  # the number is the checkpoint's
+    assert answer["scores"] == answer["rewards"]

@@ -134,7 +134,7 @@ def test_precomputed_rm_scores_pass_through(smol_tokenizer, backend):
 
 def test_the_reward_loop_manager_scores_one_sample_and_assembles_dense_rows(smol_tokenizer, backend):
     batch_manager = PRMRewardManager(smol_tokenizer, 0, correctness, prm_backend=backend)
-    loop = PRMRewardLoopManager(None, smol_tokenizer, correctness, prm_backend=backend)
+    loop = PRMRewardLoopManager(None, smol_tokenizer, correctness, prm_backend=backend, dense_rows=True)
     data = make_batch(smol_tokenizer, [GOOD, BAD])
     expected = batch_manager(data)
     outputs = []
@@ -146,10 +146,42 @@ def test_the_reward_loop_manager_scores_one_sample_and_assembles_dense_rows(smol
     assert torch.allclose(assembled, expected)
 
 
-def test_reward_loop_options_come_from_the_config_section(smol_tokenizer, backend):
-    config = {"reward": {"prm_distill": {"credit": "dense", "outcome_weight": 0.0}}}
+def test_reward_loop_options_come_from_verls_reward_kwargs(smol_tokenizer, backend):
+    config = {"reward": {"reward_kwargs": {"credit": "dense", "outcome_weight": 0.0, "process_value": "prob"},
+                         "prm_distill": {"outcome_weight": 0.5}}}  # the earlier section, over reward_kwargs
     loop = PRMRewardLoopManager(config, smol_tokenizer, correctness, prm_backend=backend)
-    assert loop.credit == "dense" and loop.outcome_weight == 0.0
+    assert (loop.credit, loop.process_value, loop.outcome_weight) == ("dense", "prob", 0.5)
+
+
+def test_the_agent_loop_route_gets_one_float_the_sum_of_the_dense_row(smol_tokenizer, backend, step_scores):
+    """verl's agent loop (no verl reward model) takes `AgentLoopOutput.reward_score: Optional[float]`."""
+    data = make_batch(smol_tokenizer, [GOOD, BAD])
+    agent_route = {"reward": {"reward_model": {"enable": False}}}
+    rm_route = {"reward": {"reward_model": {"enable": True, "enable_resource_pool": False}}}
+    assert PRMRewardLoopManager(rm_route, smol_tokenizer, correctness, prm_backend=backend).dense_rows is True
+    assert PRMRewardLoopManager({"reward": {"reward_model": {"enable": True, "enable_resource_pool": True}}},
+                                smol_tokenizer, correctness, prm_backend=backend).dense_rows is False
+    loop = PRMRewardLoopManager(agent_route, smol_tokenizer, correctness, prm_backend=backend)
+    for i, (text, outcome) in enumerate(((GOOD, 1.0), (BAD, 0.0))):
+        one = DataProtoDouble({k: v[i : i + 1] for k, v in data.batch.items()}, {k: v[i : i + 1] for k, v in data.non_tensor_batch.items()})
+        out = asyncio.run(loop.run_single(one))
+        assert isinstance(out["reward_score"], float)
+        assert out["reward_score"] == pytest.approx(outcome + min(2 * p - 1 for p in step_scores(QUESTION, text)), abs=1e-5)
+        assert out["reward_extra_info"]["prm_num_steps"] == 3.0
+    # and assemble_rm_scores puts a float at the last valid token, as verl's agent loop does
+    rows = PRMRewardLoopManager.assemble_rm_scores(data, [1.5, -0.25])
+    n = data.batch["attention_mask"][:, data.batch["prompts"].size(1):].sum(dim=1).tolist()
+    assert rows[0, n[0] - 1] == 1.5 and rows[1, n[1] - 1] == -0.25 and rows.abs().sum() == 1.75
+
+
+def test_a_fallback_row_logs_zero_not_nan_so_verls_batch_mean_stays_finite(smol_tokenizer, backend, step_scores):
+    out = PRMRewardManager(smol_tokenizer, 0, correctness, prm_backend=backend)(make_batch(smol_tokenizer, ["", GOOD]), return_dict=True)
+    info = out["reward_extra_info"]
+    assert info["prm_min_step_score"] == pytest.approx([0.0, min(step_scores(QUESTION, GOOD))])
+    assert info["prm_fallback"] == [1.0, 0.0] and info["prm_num_steps"] == [0.0, 3.0]
+    # the documented mean over scored rows: mean(prm_min_step_score) / (1 - mean(prm_fallback))
+    mean = sum(info["prm_min_step_score"]) / 2 / (1 - sum(info["prm_fallback"]) / 2)
+    assert mean == pytest.approx(min(step_scores(QUESTION, GOOD)))
 
 
 @pytest.mark.parametrize(("options", "match"), [
@@ -184,6 +216,7 @@ def test_with_the_real_verl_both_registries_hold_prm_distill(smol_tokenizer, bac
     data = DataProto.from_dict(tensors=double.batch, non_tensors=double.non_tensor_batch)
     manager = module.PRMRewardManager(tokenizer=smol_tokenizer, num_examine=0, compute_score=correctness, prm_backend=backend)
     assert torch.allclose(manager(data), PRMRewardManager(smol_tokenizer, 0, correctness, prm_backend=backend)(double))
-    loop = module.PRMRewardLoopManager(config=None, tokenizer=smol_tokenizer, compute_score=correctness, prm_backend=backend)
+    loop = module.PRMRewardLoopManager(config=None, tokenizer=smol_tokenizer, compute_score=correctness, prm_backend=backend,
+                                       dense_rows=True)
     outputs = [asyncio.run(loop.run_single(data[i : i + 1])) for i in range(len(data))]
     assert torch.allclose(module.PRMRewardLoopManager.assemble_rm_scores(data, [o["reward_score"] for o in outputs]), manager(data))
