@@ -1,22 +1,31 @@
 #!/usr/bin/env bash
-# Equal-schedule ablations of the CPU recipe (issue 10): each run follows configs/recipe-cpu.yaml's
-# schedule step for step and stops at STOP steps (optim.stop_at_step), then is scored on ProcessBench
-# GSM8K (thresholds from the dev split of the training sources). Needs the data of benchmarks/quality.sh.
-# Usage: benchmarks/ablations.sh [names...]   (default: all; names: both gsm8k prmbench layers24 layers30 pairwise mix noverifier)
+# Equal-schedule ablations of the CPU recipes: each run follows CONFIG's schedule step for step and stops
+# at STOP steps (optim.stop_at_step), then is scored on ProcessBench (thresholds from the dev split of the
+# training sources). Needs the data of benchmarks/quality.sh.
+# Usage: benchmarks/ablations.sh [names...]
+#   configs/recipe-cpu.yaml (default; GSM8K test only): both gsm8k prmbench layers24 layers30 pairwise mix
+#   CONFIG=configs/recipe-cpu-mix.yaml STOP=150 (GSM8K and MATH, TEST_LIMIT items each, all four dev splits):
+#     four (the recipe) no-prm800k no-math two (GSM8K + PRMBench only) neutral-half
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-.venv/bin}
 DATA=${DATA:-../shared/data}
 STOP=${STOP:-60}
 ROOT=${ROOT:-runs/ablations}
-G=runs/data/gsm8k P=runs/data/prmbench
+CONFIG=${CONFIG:-configs/recipe-cpu.yaml}
+G=runs/data/gsm8k P=runs/data/prmbench H=runs/data/prm800k M=runs/data/math
+if [ "$CONFIG" = configs/recipe-cpu.yaml ]; then
+  DEVS="--dev $G/dev.jsonl --dev $P/dev.jsonl --dev-limit 300"; TESTS="--test $DATA/processbench/gsm8k.json"
+else
+  DEVS="--dev $G/dev.jsonl --dev $P/dev.jsonl --dev $H/dev.jsonl --dev $M/dev.jsonl"
+  TESTS="--test $DATA/processbench/gsm8k.json --test $DATA/processbench/math.json --test-limit ${TEST_LIMIT:-200}"
+fi
 run() {  # name, overrides...
   local name=$1; shift
   local out="$ROOT/$name"
-  [ -f "$out/prm_distill.json" ] || $BIN/prm-distill train --config configs/recipe-cpu.yaml optim.output_dir="$out" \
+  [ -f "$out/prm_distill.json" ] || $BIN/prm-distill train --config "$CONFIG" optim.output_dir="$out" \
       optim.stop_at_step="$STOP" optim.snapshot_steps=0 optim.max_minutes=null "$@"
-  $BIN/python benchmarks/quality.py --model "$out" --dev $G/dev.jsonl --dev $P/dev.jsonl --dev-limit 300 \
-      --test "$DATA/processbench/gsm8k.json" --output "$out/quality.json" | tail -n 8
+  $BIN/python benchmarks/quality.py --model "$out" $DEVS $TESTS --output "$out/quality.json" | tail -n 12
 }
 names=${*:-both gsm8k prmbench layers24 layers30 pairwise mix}
 for n in $names; do
@@ -29,6 +38,14 @@ for n in $names; do
     layers30) run layers30 model.num_layers=30 ;;
     pairwise) run pairwise loss.kind=pairwise ;;
     mix) run mix loss.kind=mix ;;
+    four) run four ;;
+    no-prm800k) run no-prm800k "data.train=[$G/train.jsonl,$P/train.jsonl,$M/train.jsonl]" "data.mix=[1,1,0.5]" ;;
+    no-math) run no-math "data.train=[$G/train.jsonl,$P/train.jsonl,$H/train.jsonl]" "data.mix=[1,1,1.5]" ;;
+    two) run two "data.train=[$G/train.jsonl,$P/train.jsonl]" "data.mix=[]" ;;
+    neutral-half) [ -f runs/data/prm800k-half/train.jsonl ] || $BIN/prm-distill data prm800k --input "$DATA/prm800k/phase1_train.parquet" \
+        --output runs/data/prm800k-half --neutral half --exclude "$DATA/processbench/gsm8k.json" --exclude "$DATA/processbench/math.json" \
+        --dev-with $P/dev.jsonl --train-with $P/train.jsonl
+      run neutral-half "data.train=[$G/train.jsonl,$P/train.jsonl,runs/data/prm800k-half/train.jsonl,$M/train.jsonl]" ;;
     *) echo "unknown ablation $n" >&2; exit 2 ;;
   esac
 done

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import logging
 import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 DEFAULT_BACKBONE = "smollm2"
+log = logging.getLogger("prm_distill.backbones")
 _SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -93,3 +96,53 @@ def resolve_backbone(name_or_path: str) -> str:
             return str(out)
         raise BackboneError(f"backbone folder {path} has no config.json (and not exactly one .gguf file)")
     return str(path) if path.exists() else name_or_path  # else a hub id
+
+
+HEAD_MODULES = ("score", "classifier")  # where transformers' *ForTokenClassification keep the new head
+
+
+class _DropLoadReport(logging.Filter):
+    """Drops transformers' LOAD REPORT table; `load_token_classifier` reports what is unexpected itself."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "LOAD REPORT" not in str(record.msg)
+
+
+def load_token_classifier(path: str, **kwargs: Any) -> Any:
+    """`AutoModelForTokenClassification.from_pretrained` on a causal-LM backbone, without transformers'
+    LOAD REPORT for the head it must initialise ("score.bias MISSING" on every train). Only that
+    report is dropped, during this call only: other missing, unexpected or mismatched weights are
+    logged as a warning, and loading errors still raise."""
+    from transformers import AutoModelForTokenClassification
+
+    report_logger = logging.getLogger("transformers.modeling_utils")
+    quiet = _DropLoadReport()
+    report_logger.addFilter(quiet)
+    try:
+        model, info = AutoModelForTokenClassification.from_pretrained(path, output_loading_info=True, **kwargs)
+    finally:
+        report_logger.removeFilter(quiet)
+    head = sorted(k for k in info.get("missing_keys", ()) if k.split(".", 1)[0] in HEAD_MODULES)
+    surprises = {
+        "missing (newly initialised)": sorted(set(info.get("missing_keys", ())) - set(head)),
+        "unexpected (ignored)": sorted(k for k in info.get("unexpected_keys", ()) if not k.startswith("lm_head.")),
+        "mismatched (re-initialised)": sorted(str(k) for k in info.get("mismatched_keys", ())),
+    }
+    for what, keys in surprises.items():
+        if keys:
+            log.warning("backbone %s: weights %s: %s", path, what, ", ".join(keys))
+    log.debug("backbone %s: new token-classification head %s", path, ", ".join(head) or "(loaded)")
+    return model
+
+
+class _DropDeepSpeedCpuNote(logging.Filter):
+    """accelerate imports DeepSpeed whenever it is installed (on every save_pretrained), and DeepSpeed
+    then prints "Setting accelerator to CPU" to stdout on a machine without a GPU: expected, not news."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Setting accelerator to CPU")
+
+
+# Installed at import (cheap, stdlib only) so it is in place before anything imports DeepSpeed: the
+# filter survives DeepSpeed's own logger set-up, and drops that one line only.
+logging.getLogger("DeepSpeed").addFilter(_DropDeepSpeedCpuNote())

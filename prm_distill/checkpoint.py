@@ -36,6 +36,7 @@ class Sidecar:
     encoding_version: int = ENCODING_VERSION
     label_meaning: str = LABEL_MEANING
     threshold: float | None = None
+    threshold_source: str | None = None  # how `threshold` was chosen, e.g. "none: dev split unusable (...)"; None = not said (older checkpoints)
     calibration: dict[str, Any] | None = None
     verifier: dict[str, Any] | None = None  # the scoring rule of prm_distill.verify ({kind, cap}); None = scores are the model's alone
     training: dict[str, Any] = field(default_factory=dict)
@@ -60,14 +61,37 @@ class Sidecar:
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
+def _not_a_checkpoint(model_dir: Path) -> str:
+    """Why a folder without a sidecar is no checkpoint, and where the real one is when it belongs to a
+    training run (`train` exports into output_dir; output_dir/checkpoints/step-N is resumable state
+    for `train` alone; output_dir/snapshots/step-N are full checkpoints)."""
+    base = f"{model_dir} is not a prm_distill checkpoint"
+    if not model_dir.exists():
+        return f"{base}: the folder does not exist"
+    steps = [p for p in model_dir.glob("step-*") if p.name[5:].isdigit()]
+    if model_dir.name == "snapshots" and steps:
+        snaps = [p for p in steps if (p / SIDECAR_NAME).is_file()]
+        newest = max(snaps, key=lambda p: int(p.name[5:]), default=None)
+        return f"{base}: it holds the snapshots of a training run, each a checkpoint" + (f", the newest {newest}" if newest else "")
+    if (model_dir.name == "checkpoints" and steps) or (model_dir.parent.name == "checkpoints" and model_dir.name.startswith("step-")):
+        run = model_dir.parent if model_dir.name == "checkpoints" else model_dir.parent.parent
+        if (run / SIDECAR_NAME).is_file():
+            return f"{base}: it is the resumable training state of a run; its exported checkpoint is {run}"
+        return f"{base}: it is the resumable training state of a run whose model is not exported yet (train exports it to {run})"
+    if (model_dir / "checkpoints").is_dir() or (model_dir / "snapshots").is_dir() or (model_dir / "run.json").is_file():  # train/identity.py
+        return (f"{base}: it is a training output folder whose model is not exported yet ({SIDECAR_NAME} is missing); "
+                f"rerun the same train command to finish it: the checkpoint is then {model_dir}")
+    return f"{base}: {SIDECAR_NAME} is missing"
+
+
 def read_sidecar(model_dir: str | os.PathLike) -> Sidecar:
     path = Path(model_dir) / SIDECAR_NAME
     if not path.is_file():
-        raise CheckpointError(f"{model_dir} is not a prm_distill checkpoint: {SIDECAR_NAME} is missing")
+        raise CheckpointError(_not_a_checkpoint(Path(model_dir)))
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
-        raise CheckpointError(f"{path}: invalid JSON ({e.msg})") from None
+        raise CheckpointError(f"{path}: invalid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
     return Sidecar.from_dict(data, str(path))
 
 

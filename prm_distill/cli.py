@@ -9,7 +9,10 @@ command names it in `args.kept` once it knows its output folder) and how to resu
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
+import select
 import sys
 import time
 from pathlib import Path
@@ -21,6 +24,8 @@ from .records import FORMATS, RecordError, Trajectory, read_inputs, steps_of
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    """Exit 0 when trained (or already finished: nothing is retrained); 2 when optim.output_dir holds
+    another run (the message names what changed; --fresh or another folder); 130 on SIGTERM/SIGINT."""
     from .train import TrainJobConfig, train
 
     if args.help_config:
@@ -28,9 +33,15 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 0
     cfg = load_config(TrainJobConfig, args.config, args.overrides)
     args.kept = f"the newest resumable checkpoint is kept in {Path(cfg.optim.output_dir) / 'checkpoints'}"
-    summary = train(cfg)
+    summary = train(cfg, fresh=args.fresh)
+    if summary.get("already_finished"):
+        print(f"already finished: {summary['already_finished']} (exported at step {summary.get('steps')}); nothing retrained. "
+              f"A larger optim.max_steps continues it, --fresh starts it over")
+        return 0
     dev = summary.get("dev")
-    if dev:
+    if summary.get("dev_problem"):
+        print(f"dev: unusable ({summary['dev_problem']}): the checkpoint stores no threshold (eval, recalibrate and the RL scorer decide at 0.5)")
+    elif dev:
         print(f"dev: auroc {dev['auroc']:.3f}  f1 {dev['processbench_f1']:.3f}  threshold {dev['threshold']:.3f}")
     return 0
 
@@ -39,6 +50,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from .evaluate import evaluate_files, format_report
     from .serve.engine import PRMEngine
 
+    missing = [f for f in [*args.data, *(args.dev or [])] if not Path(f).is_file()]
+    if missing:  # bad input (2) before a model loads
+        raise FileNotFoundError(f"data file not found: {', '.join(missing)}")
     engine = PRMEngine.from_checkpoint(args.model, device=args.device, verifier=not args.no_verifier)
     rep = evaluate_files(engine, args.data, args.format, threshold=args.threshold, dev_files=args.dev or (), limit=args.limit, dev_limit=args.dev_limit or None,
                          dev_format=args.dev_format)
@@ -82,8 +96,9 @@ def cmd_label(args: argparse.Namespace) -> int:
     cfg = load_config(LabelJobConfig, args.config, args.overrides)
     args.kept = f"completed records and cached answers are kept in {cfg.output}"
     s = run_label_job(cfg)
+    votes = [f"{name} {s[key]}" for name, key in (("invalid-vote rate", "invalid_vote_rate"), ("agreement", "vote_agreement")) if s[key] is not None]
     print(f"labelled {s['records']} rollouts ({s['labelled_steps']}/{s['steps']} steps supervised, {s['skipped_lines']} bad lines skipped); "
-          f"invalid-vote rate {s['invalid_vote_rate']}, agreement {s['vote_agreement']}; "
+          f"{', '.join(votes) or 'no judge votes to rate'}; "  # a rule (reference, verifier alone) casts no vote that can be invalid
           f"{s['this_run']['requests_sent']} requests this run -> {cfg.output}/labels.jsonl, {cfg.output}/summary.json")
     return 0
 
@@ -105,7 +120,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         print("\n".join(help_text(RolloutConfig)))
         return 0
     cfg = load_config(RolloutConfig, args.config, args.overrides, values=flag_values(args, ROLLOUT_FLAGS))
-    args.kept = f"completed shards are kept in {cfg.output}"
+    args.kept = f"every finished sample is kept in {cfg.output}"
     s = run_rollout(cfg)
     acc = "n/a (no gold answers)" if s["accuracy"] is None else f"{s['accuracy']:.3f} (pass@{s['k']} {s['pass_at_k']:.3f})"
     print(f"rolled out {s['problems']} problems x {s['k']} samples with {s['generator']} ({s['this_run']['samples_generated']} generated this run); "
@@ -114,7 +129,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
 
 
 def cmd_recalibrate(args: argparse.Namespace) -> int:
-    """Exit 0: no drift flag; 3: re-distillation advised (a drift flag); 2 on bad input; 4: judge unavailable."""
+    """Exit 0: nothing flagged; 3: re-distillation advised (a drift flag or a floor); 2 on bad input; 4: judge unavailable."""
     from .recalibrate import RecalibrateConfig, run_recalibration
 
     if args.help_config:
@@ -145,7 +160,7 @@ def cmd_recalibrate(args: argparse.Namespace) -> int:
     audits = rep.get("audits")
     if audits:
         print(f"audits: {', '.join(audits['flags']) or 'no flag'}")
-    print(f"drift: {', '.join(rep['drift']) or 'none'} -> {'re-distillation advised (exit 3)' if rep['redistill_advised'] else 'no re-distillation needed'}")
+    print(rep["verdict"])  # the drift verdict (none without an earlier report), the floors, and whether to re-distil
     print(f"report: {Path(args.output) / 'report.json'}, {Path(args.output) / 'report.md'}, plots: {', '.join(rep['plots'].values())}")
     return exits.DRIFT if rep["redistill_advised"] else exits.OK
 
@@ -177,6 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="fine-tune a backbone into a PRM and export the checkpoint")
     t.add_argument("--config", help="YAML config (see configs/train.yaml)")
     t.add_argument("--help-config", action="store_true", help="list every config key with its default and help")
+    t.add_argument("--fresh", action="store_true", help="start over in optim.output_dir: remove its checkpoints, snapshots, export and "
+                   "run.json, then train (a rerun with other settings is refused without it)")
     t.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. optim.max_steps=50")
     t.set_defaults(func=cmd_train)
 
@@ -287,6 +304,16 @@ def exit_code(e: BaseException) -> tuple[int, str] | None:
     return None
 
 
+def _stdout_closed() -> bool:
+    """Whether stdout's reader has gone (`prm-distill ... | head`): poll reports an error on the write end."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+    except (AttributeError, OSError, ValueError):  # no poll (Windows) or no real stdout: trust the error
+        return True
+    return any(event & (select.POLLERR | select.POLLHUP) for _, event in poller.poll(0))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -295,9 +322,18 @@ def main(argv: list[str] | None = None) -> int:
     args.kept = None  # what a stopped command keeps, once it knows (the message says so, with how to resume)
     try:
         if getattr(args, "own_signals", False):
-            return args.func(args)
-        with stop.handle_signals():
-            return args.func(args)
+            code = args.func(args)
+        else:
+            with stop.handle_signals():
+                code = args.func(args)
+        sys.stdout.flush()  # a reader that went away shows here, not as a traceback at interpreter exit
+        return code
+    except BrokenPipeError:
+        if not _stdout_closed():
+            raise  # a broken pipe elsewhere (a socket) is not the reader leaving: a bug, with its traceback
+        with contextlib.suppress(OSError, ValueError):  # the exit-time flush then writes nowhere
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return exits.CLOSED_PIPE
     except BaseException as e:
         known = exit_code(e)
         if known is None:

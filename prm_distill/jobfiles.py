@@ -6,7 +6,9 @@ writer (`atomic.dumps`: NaN and inf are null).
   mid-write is cut off when the file is opened again. Its rows are the done-set of a rerun (the
   labeling response cache, the select outputs).
 - `check_job`: the first run records its settings in `job.json`; a rerun into the same folder must
-  match them, so outputs of two settings (or two policies, two judges) never mix.
+  match them, so outputs of two settings (or two policies, two judges) never mix. Only outputs are
+  guarded: a run refused before writing anything (a wrong `--policy` that fails to load) leaves
+  just `job.json`, and a rerun with other settings takes the folder over.
 - `Shards`: finished units go to `STEM-NNNNN.jsonl`, each written atomically once whole; the done
   rows are the merged file's and the shards' (first copy wins); `merge` writes `STEM.jsonl`
   atomically and then removes the shards (a crash in between leaves copies that `rows` skips).
@@ -15,12 +17,15 @@ writer (`atomic.dumps`: NaN and inf are null).
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from .atomic import atomic_open, dumps, write_json
+
+log = logging.getLogger("prm_distill.jobfiles")
 
 
 def _lines(rows: Iterable[Any]) -> str:
@@ -87,11 +92,27 @@ class AppendLog:
         self.close()
 
 
-def check_job(path: str | os.PathLike, identity: dict[str, Any], *, pending: Sequence[str] = ()) -> None:
+def holds_outputs(job: str | os.PathLike, outputs: Iterable[str | os.PathLike] | None = None) -> bool:
+    """Whether anything was written under the identity recorded in `job`: a non-empty file among
+    `outputs` (files or folders), by default anywhere in `job`'s folder except `job` itself."""
+    job = Path(job)
+    for place in [job.parent] if outputs is None else [Path(p) for p in outputs]:
+        files = place.rglob("*") if place.is_dir() else [place]
+        if any(f != job and f.is_file() and f.stat().st_size > 0 for f in files):
+            return True
+    return False
+
+
+def check_job(path: str | os.PathLike, identity: dict[str, Any], *, pending: Sequence[str] = (),
+              outputs: Iterable[str | os.PathLike] | None = None) -> None:
     """Refuse to resume into outputs written with other settings: the first run records `identity`
     in `path`, later runs must match it. A key in `pending` whose value is None here (not known yet,
     e.g. a policy's version before it is loaded) is not compared; once known it is recorded, and a
-    different recorded value is refused too."""
+    different recorded value is refused too.
+
+    Only outputs are guarded (`holds_outputs(path, outputs)`): while none exist, a different
+    identity replaces the recorded one, so a run refused before its first output does not lock
+    its folder against the corrected rerun."""
     path = Path(path)
     if not path.exists():
         write_json(path, identity)
@@ -99,6 +120,11 @@ def check_job(path: str | os.PathLike, identity: dict[str, Any], *, pending: Seq
     old = json.loads(path.read_text(encoding="utf-8"))
     later = {k for k in pending if identity.get(k) is None or old.get(k) is None}
     changed = sorted(k for k in set(old) | set(identity) if k not in later and old.get(k) != identity.get(k))
+    if changed and not holds_outputs(path, outputs):
+        log.info("%s: no outputs yet, so this run's settings replace the recorded ones (%s)", path,
+                 ", ".join(f"{k}={old.get(k)!r} -> {identity.get(k)!r}" for k in changed))
+        write_json(path, identity)
+        return
     if changed:
         was = ", ".join(f"{k}={old.get(k)!r}" for k in changed)
         now = ", ".join(f"{k}={identity.get(k)!r}" for k in changed)

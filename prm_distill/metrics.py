@@ -174,6 +174,49 @@ def best_threshold(scores: Sequence[Sequence[float]], first_errors: Sequence[int
     return near[(len(near) - 1) // 2]
 
 
+# Fewer records than this in a ProcessBench class (with a first error / all-correct) make a dev split
+# "small": its threshold is still chosen, but the build and training warn that it is noisy.
+MIN_DEV_PER_CLASS = 10
+
+
+def dev_split_classes(labels: Sequence[Sequence[float | None] | None], first_errors: Sequence[int]) -> str:
+    """The size and classes of a dev split, as the warnings and the threshold source name them."""
+    n_err = sum(fe != -1 for fe in first_errors)
+    steps = [lab for ls in labels for lab in (ls or []) if lab is not None and lab != 0.5]
+    n_good = sum(lab > 0.5 for lab in steps)
+    return (f"{len(first_errors)} records: {n_err} with a first error, {len(first_errors) - n_err} all-correct; "
+            f"{n_good} good and {len(steps) - n_good} bad labelled steps")
+
+
+def dev_split_problem(labels: Sequence[Sequence[float | None] | None], first_errors: Sequence[int]) -> str | None:
+    """Why a dev split cannot choose a decision threshold (ProcessBench F1 needs records with a first
+    error and all-correct ones) or measure step AUROC (good and bad steps); None when it can. Said at
+    build and train time, and in the checkpoint's threshold source, instead of a silent NaN."""
+    if not first_errors:
+        return "no records"
+    n_err = sum(fe != -1 for fe in first_errors)
+    steps = [lab for ls in labels for lab in (ls or []) if lab is not None and lab != 0.5]
+    n_good = sum(lab > 0.5 for lab in steps)
+    why = []
+    if not n_err or n_err == len(first_errors):
+        why.append("ProcessBench F1 needs records with a first error and all-correct ones")
+    if not n_good or n_good == len(steps):
+        why.append("step AUROC needs good and bad steps")
+    return f"{dev_split_classes(labels, first_errors)}: {' and '.join(why)}" if why else None
+
+
+def dev_split_warning(labels: Sequence[Sequence[float | None] | None], first_errors: Sequence[int]) -> str | None:
+    """The warning a dev split deserves (unusable, or small enough to be noisy), or None."""
+    problem = dev_split_problem(labels, first_errors)
+    if problem is not None:
+        return f"dev split unusable ({problem}): no decision threshold can be chosen on it"
+    n_err = sum(fe != -1 for fe in first_errors)
+    if min(n_err, len(first_errors) - n_err) < MIN_DEV_PER_CLASS:
+        return (f"dev split small ({dev_split_classes(labels, first_errors)}): the threshold chosen on it and its "
+                f"metrics are noisy (fewer than {MIN_DEV_PER_CLASS} records of a class)")
+    return None
+
+
 def report(
     scores: Sequence[Sequence[float]], labels: Sequence[Sequence[float | None] | None], first_errors: Sequence[int], threshold: float
 ) -> dict[str, float]:

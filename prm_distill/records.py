@@ -293,9 +293,11 @@ def read_processbench(path: str | os.PathLike) -> list[Trajectory]:
         try:
             items = json.load(f)
         except json.JSONDecodeError as e:
-            raise RecordError(f"invalid JSON ({e.msg} at line {e.lineno})", source=src) from None
+            # "Extra data" after one whole value: one JSON value per line, the jsonl format
+            hint = "; this looks like JSONL (one record per line): did you mean --format jsonl?" if e.msg == "Extra data" else ""
+            raise RecordError(f"invalid JSON ({e.msg} at line {e.lineno}, column {e.colno}){hint}", source=src) from None
     if not isinstance(items, list):
-        raise RecordError("expected a JSON list of items", source=src)
+        raise RecordError("expected a JSON list of items (ProcessBench); for one record per line use --format jsonl", source=src)
     out = []
     for i, it in enumerate(items):
         try:

@@ -5,7 +5,8 @@ It works on character spans of the original text, which lets the scorer map step
 policy's output tokens exactly.
 
 Order of preference: explicit step markers ("Step 1:", "## Step 2", "**Step 3**"), then numbered
-list items ("1.", "2)"), then blank lines, then sentence groups. Granularity bounds then merge
+list items ("1.", "2)"), then blank lines, then sentence groups. Text before the first marker is
+its own step, or steps when it has numbered items or paragraphs (blank lines). Granularity bounds then merge
 fragments too short to be a step and split overlong blocks at sentence (else line, else word)
 boundaries. Fenced code blocks are never split.
 """
@@ -130,6 +131,15 @@ def _merge_short(text: str, spans: list[tuple[int, int]], min_chars: int) -> lis
     return out
 
 
+def _preamble(text: str, end: int, code: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The text before the first step marker, as steps of its own: cut at numbered items (two or
+    more) or blank lines, as an unmarked response is, so its paragraphs are not glued into one step.
+    Not into sentence groups: a marked step is never cut at sentences either."""
+    numbered = [b for b in _starts(_NUMBERED, text[:end], code) if b < end]
+    bounds = numbered if len(numbered) >= 2 else [b for b in _starts(_BLANK, text[:end], code, use_end=True) if b < end]
+    return _cut(text, bounds, 0, end)
+
+
 def split_step_spans(text: str, config: SplitConfig | None = None) -> list[tuple[int, int]]:
     """Character spans [start, end) of the steps of `text`, in order, whitespace trimmed."""
     cfg = config or SplitConfig()
@@ -140,7 +150,8 @@ def split_step_spans(text: str, config: SplitConfig | None = None) -> list[tuple
     markers = _starts(_STEP_MARKER, text, code)
     numbered = _starts(_NUMBERED, text, code)
     if len(markers) >= 2 or (markers and _trim(text, 0, markers[0])):
-        spans = _cut(text, markers, 0, n)
+        first = next(m.start() for m in _STEP_MARKER.finditer(text) if not _inside(m.start(), code))  # may be 0: not in `markers`
+        spans = _preamble(text, first, code) + _cut(text, markers, first, n)
     elif len(numbered) >= 2:
         spans = _cut(text, numbered, 0, n)
     elif blanks := _starts(_BLANK, text, code, use_end=True):

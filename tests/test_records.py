@@ -175,3 +175,27 @@ def test_sample_questions_keeps_whole_questions_seeded_and_in_order():
     assert len(one) >= 3 and len(one) < 3 + 3  # stops once the limit is reached (a question holds at most 3)
     assert [r.id for r in one] == [r.id for r in recs if r.question in kept]  # file order
     assert sample_questions(recs, None) == recs and sample_questions(recs, 100) == recs
+
+
+def test_invalid_json_names_line_and_column_strict_and_skipped(tmp_path):
+    from prm_distill.records import read_inputs
+
+    path = _write_lines(tmp_path / "c.jsonl", [GOOD, '{"id": "b", oops}'])
+    with pytest.raises(RecordError, match=r"c.jsonl:2: invalid JSON \(Expecting property name enclosed in double quotes at column 13\)"):
+        read_jsonl(path)
+    skipped: list = []
+    read_inputs(path, lambda obj, line: obj, skipped=skipped)
+    assert skipped == [{"line": 2, "error": "invalid JSON (Expecting property name enclosed in double quotes at column 13)"}]
+
+
+def test_jsonl_read_as_processbench_says_did_you_mean_jsonl(tmp_path):
+    path = _write_lines(tmp_path / "rows.jsonl", [GOOD, GOOD])
+    with pytest.raises(RecordError, match=r"rows.jsonl: invalid JSON \(Extra data at line 2, column 1\); this looks like JSONL .*--format jsonl\?"):
+        read_processbench(path)
+    one = _write_lines(tmp_path / "one.jsonl", [GOOD])  # a single record parses as one object, not a list
+    with pytest.raises(RecordError, match=r"expected a JSON list of items .*--format jsonl"):
+        read_processbench(one)
+    broken = tmp_path / "broken.json"
+    broken.write_text('[{"id": 1,\n  oops}]')
+    with pytest.raises(RecordError, match=r"broken.json: invalid JSON \(Expecting property name .* at line 2, column 3\)$"):
+        read_processbench(broken)

@@ -7,6 +7,7 @@ export must hold the weights the 2-process DDP run exports, to float rounding.""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -104,7 +105,9 @@ def test_sharded_run_on_two_cpu_processes_exports_the_weights_ddp_does(config, k
     assert again["mean_score"] == pytest.approx(training["dev"]["mean_score"], abs=1e-5)
     assert again["auroc"] == pytest.approx(training["dev"]["auroc"], abs=1e-9)
 
-    if resume:  # the same command again: it resumes from the sharded state saved at step 2, redoes step 3
+    if resume:  # as if killed after step 2: the same command resumes from the sharded state saved there, redoes step 3
+        shutil.rmtree(out / "checkpoints" / "step-3")  # the finished run saved its last step too (a rerun would say "already finished")
+        (out / SIDECAR_NAME).unlink()
         stdout = _train(config, overrides)
         assert f"resumed from {out / 'checkpoints' / 'step-2'} at step 2" in stdout
         again_w = _weights(out)

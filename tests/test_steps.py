@@ -68,3 +68,22 @@ def test_empty_text_is_an_error(text):
 def test_bad_bounds_are_rejected():
     with pytest.raises(ValueError, match="min_chars"):
         SplitConfig(min_chars=50, max_chars=40)
+
+
+def test_paragraphs_before_the_first_marker_are_steps_of_their_own():
+    """The preamble is cut as an unmarked response is (numbered items, else blank lines), never glued
+    into one step; the marked steps keep their own paragraphs, and a step-1 marker at the very start
+    is no preamble."""
+    text = ("Let me read the problem first.\n\nWe need the apples in total.\n\n"
+            "Step 1: Mia has 3 + 4 = 7 apples.\n\nShe keeps all of them.\nStep 2: The answer is 7.")
+    assert split_steps(text) == ["Let me read the problem first.", "We need the apples in total.",
+                                 "Step 1: Mia has 3 + 4 = 7 apples.\n\nShe keeps all of them.", "Step 2: The answer is 7."]
+    listed = "1. Read the question well.\n2. Plan the sums to do.\n3. Check the result.\nStep 1: 3 + 4 = 7 apples.\nStep 2: The answer is 7."
+    assert split_steps(listed)[:3] == ["1. Read the question well.", "2. Plan the sums to do.", "3. Check the result."]
+    assert split_steps("Step 1: Mia has 3 + 4 = 7 apples.\n\nShe keeps all of them.\nStep 2: The answer is 7.") == [
+        "Step 1: Mia has 3 + 4 = 7 apples.\n\nShe keeps all of them.", "Step 2: The answer is 7."]
+    # one sentence-rich paragraph stays one step (marked steps are not cut at sentences either); short ones still merge
+    assert split_steps("We read it. We plan it. We do it.\nStep 1: 3 + 4 = 7 apples.\nStep 2: The answer is 7.")[0] == "We read it. We plan it. We do it."
+    assert split_steps("Ok.\n\nStep 1: 3 + 4 = 7 apples.\nStep 2: The answer is 7.")[0] == "Ok.\n\nStep 1: 3 + 4 = 7 apples."
+    spans = split_step_spans(text)
+    assert [text[s:e] for s, e in spans] == split_steps(text)  # spans still index the original text

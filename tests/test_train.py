@@ -195,3 +195,19 @@ def test_num_layers_keeps_the_bottom_layers_and_exports_a_loadable_shallower_mod
     assert reloaded.config.num_hidden_layers == 1 and len(reloaded.model.layers) == 1
     with pytest.raises(BackboneError, match="num_layers must be between 1 and 2"):
         build_model(ModelConfig(backbone=str(tiny_backbone), num_layers=5), LoraSettings(enabled=False))
+
+
+def test_train_prints_a_readable_line_per_log_step_and_keeps_the_json_in_a_file(tiny_backbone, synthetic_files, train_overrides,
+                                                                              tmp_path, capsys):
+    import re
+
+    from prm_distill.cli import main
+
+    out = tmp_path / "o"
+    assert main(["train", *train_overrides(tiny_backbone, synthetic_files, out, **{"optim.logging_steps": 2})]) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("step ")]
+    assert [ln.split()[1] for ln in lines] == ["2/4", "4/4"]  # max_steps 4, a line every 2 steps
+    assert all(re.fullmatch(r"step \d/4  loss \d\.\d{4}  lr \S+  \d+ tokens/s  ETA \d+m\d\ds", ln) for ln in lines), lines
+    logged = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in logged] == [2, 4] and all(set(e) == {"step", "loss", "lr", "tokens_per_s"} for e in logged)
+    assert f"{logged[0]['loss']:.4f}" == lines[0].split()[3]  # the console line rounds the logged value

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ..atomic import write_json
+from ..metrics import dev_split_warning
 from ..records import RecordError, Trajectory, iter_jsonl, split_by_question, write_jsonl
 from .latex import MATH_KINDS
 from .perturb import KINDS, NUMBER, Perturber, mark_statements, num
@@ -223,6 +224,14 @@ def split_with_sides(records: list[Trajectory], fraction: float, seed: int, dev_
     return [r for r in records if r.question not in dev_set], [r for r in records if r.question in dev_set], sides
 
 
+def warn_dev_split(dev: list[Trajectory], path: Path, fraction: float) -> None:
+    """A dev split that cannot choose a threshold (one class, too few records) is said at build time, not
+    found out as a NaN after training; none asked for (dev_fraction 0, nothing held out) is not."""
+    warning = dev_split_warning([r.labels for r in dev], [r.first_error for r in dev])
+    if warning and (dev or fraction > 0):
+        log.warning("%s: %s", path, warning)
+
+
 def _build(sources: Iterable[Source], extra: list[Trajectory], out_dir: str | Path, cfg: BuildConfig, skipped: list[str], origin: str,
            exclude: set[str] | None = None, make: Callable[[Source, BuildConfig, random.Random, Counter], list[Trajectory]] | None = None,
            known: tuple[str, ...] = KINDS, dev_with: set[str] | None = None, train_with: set[str] | None = None) -> dict:
@@ -249,6 +258,7 @@ def _build(sources: Iterable[Source], extra: list[Trajectory], out_dir: str | Pa
     out.mkdir(parents=True, exist_ok=True)
     write_jsonl(train, out / "train.jsonl")
     write_jsonl(dev, out / "dev.jsonl")
+    warn_dev_split(dev, out / "dev.jsonl", cfg.dev_fraction)
     kinds = {k: {"made": counts[f"{k}.made"], "skipped": counts[f"{k}.skipped"]} for k in cfg.kinds_for(known)}
     originals = [r for r in records if r.metadata.get("kind") == "original"]
     label_counts = Counter("good" if lab > 0.5 else "bad" if lab < 0.5 else "neutral" for r in records for lab in (r.labels or []) if lab is not None)

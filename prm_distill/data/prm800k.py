@@ -27,7 +27,7 @@ from typing import Any
 
 from ..atomic import write_json
 from ..records import RecordError, Trajectory, write_jsonl
-from .build import BuildConfig, drop_excluded, split_with_sides
+from .build import BuildConfig, drop_excluded, split_with_sides, warn_dev_split
 
 log = logging.getLogger("prm_distill.data")
 NEUTRAL = {"good": 1.0, "half": 0.5, "unsupervised": None}
@@ -169,6 +169,7 @@ def build_from_prm800k(path: str | Path, out_dir: str | Path, build: BuildConfig
     out.mkdir(parents=True, exist_ok=True)
     write_jsonl(train, out / "train.jsonl")
     write_jsonl(dev, out / "dev.jsonl")
+    warn_dev_split(dev, out / "dev.jsonl", build.dev_fraction)
     label_counts = Counter("good" if x > 0.5 else "bad" if x < 0.5 else "neutral" for r in records for x in (r.labels or []) if x is not None)
     summary = {
         "source": f"prm800k: {path}",

@@ -5,7 +5,8 @@ through it, on whatever the user has: vLLM's offline `LLM.generate` on a GPU box
 batched generation anywhere, or an OpenAI-compatible server (vLLM, SGLang, llama.cpp, hosted)
 reached over HTTP, round robin over several with health checks. One job per module:
 
-- `base`: `GenRequest`, `Generation`, the `Policy` interface and its errors;
+- `base`: `GenRequest`, `Generation`, the `Policy` interface and its errors, and `Watch` (progress
+  and an early stop for a long `generate(requests, watch=...)` call: rollout's bar and Ctrl-C);
 - `config`: `PolicyConfig` (where the policy runs), `sampling_metadata`;
 - `prompts`: the one prompt of a problem (`problem_messages`) and its rendering;
 - `fingerprint`: a local model's version, and the check that it is a causal LM;
@@ -20,7 +21,7 @@ Backends import their heavy dependencies (torch, transformers, vllm, httpx) only
 
 from __future__ import annotations
 
-from .base import Generation, GenRequest, Policy, PolicyError, PolicyUnavailable
+from .base import Generation, GenerationStopped, GenRequest, Policy, PolicyError, PolicyUnavailable, Watch
 from .config import BACKENDS, PolicyConfig, sampling_metadata
 from .endpoints import EndpointPool
 from .engine_kwargs import CPU_VLLM_KWARGS, use_inprocess_vllm_on_cpu, vllm_available, vllm_engine_kwargs
@@ -47,7 +48,7 @@ def load_policy(cfg: PolicyConfig) -> Policy:
 
 
 __all__ = [
-    "BACKENDS", "CPU_VLLM_KWARGS", "DEFAULT_INSTRUCTION", "EndpointPool", "GenRequest", "Generation", "Policy", "PolicyConfig",
-    "PolicyError", "PolicyUnavailable", "check_causal_lm", "fingerprint", "load_policy", "problem_messages", "sampling_metadata",
-    "use_inprocess_vllm_on_cpu", "vllm_available", "vllm_engine_kwargs",
+    "BACKENDS", "CPU_VLLM_KWARGS", "DEFAULT_INSTRUCTION", "EndpointPool", "GenRequest", "Generation", "GenerationStopped", "Policy",
+    "PolicyConfig", "PolicyError", "PolicyUnavailable", "Watch", "check_causal_lm", "fingerprint", "load_policy", "problem_messages",
+    "sampling_metadata", "use_inprocess_vllm_on_cpu", "vllm_available", "vllm_engine_kwargs",
 ]

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Any
 
 from ..exits import Interrupted
 from ..health import Unhealthy
 from ..retry import Retryable
-from .base import Generation, GenRequest, PolicyError, PolicyUnavailable
+from .base import Generation, GenerationStopped, GenRequest, PolicyError, PolicyUnavailable, Watch
 from .config import PolicyConfig
 from .endpoints import EndpointPool
 
@@ -97,8 +97,33 @@ class OpenAIPolicy:
         except Retryable as e:
             raise PolicyUnavailable(f"model {self.cfg.policy!r} failed after {self.retry.attempts} attempts: {e}") from None
 
-    def generate(self, requests: list[GenRequest]) -> list[Generation]:
-        return list(self.executor.map(self.generate_one, requests))
+    def generate(self, requests: list[GenRequest], watch: Watch | None = None) -> list[Generation]:
+        """One generation per request, `concurrency` in flight. With `watch`: each answer is reported
+        as it arrives, and after `watch.should_stop()` nothing new is sent; the requests in flight
+        are answered and reported, then `GenerationStopped`."""
+        if watch is None:
+            return list(self.executor.map(self.generate_one, requests))
+        cancel = threading.Event()
+        index = {self.executor.submit(self.generate_one, r, cancel): i for i, r in enumerate(requests)}
+        out: list[Generation | None] = [None] * len(requests)
+        pending = set(index)
+        try:
+            while pending:
+                done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                for future in done:
+                    if future.cancelled() or (cancel.is_set() and isinstance(future.exception(), Interrupted)):
+                        continue  # never sent
+                    out[index[future]] = gen = future.result()
+                    watch.sample(index[future], gen)
+                if not cancel.is_set() and watch.stop():
+                    cancel.set()
+                    for future in pending:
+                        future.cancel()
+        finally:
+            cancel.set()  # a failure (or an interrupt) here: send nothing more for this call
+        if any(g is None for g in out):
+            raise GenerationStopped(f"stopped after {sum(g is not None for g in out)} of {len(requests)} requests")
+        return out  # type: ignore[return-value]
 
     def close(self) -> None:
         self.executor.shutdown(wait=True, cancel_futures=True)

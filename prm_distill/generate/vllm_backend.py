@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Generation, GenRequest, PolicyError
+from .base import Generation, GenerationStopped, GenRequest, PolicyError, Watch
 from .config import PolicyConfig
 from .engine_kwargs import vllm_engine_kwargs
 from .fingerprint import fingerprint, local_path
@@ -31,14 +31,24 @@ class VLLMPolicy:
         self.llm = LLM(model=path, **vllm_engine_kwargs(cfg.vllm))
         self.tok: Any = self.llm.get_tokenizer()
 
-    def generate(self, requests: list[GenRequest]) -> list[Generation]:
+    def generate(self, requests: list[GenRequest], watch: Watch | None = None) -> list[Generation]:
+        """All requests in one `LLM.generate` call (its scheduler batches them). With `watch`: a stop
+        requested before the call sends nothing; the samples are reported when the call returns
+        (vLLM's offline call can be neither watched nor cut short: on a GPU it takes seconds)."""
         from vllm import SamplingParams
+
+        if watch is not None and watch.stop():
+            raise GenerationStopped("stopped before the call")
 
         params = [SamplingParams(temperature=r.temperature, seed=r.seed, max_tokens=r.max_new_tokens, top_p=self.cfg.top_p) for r in requests]
         prompts: Any = [{"prompt_token_ids": self.tok(render(self.tok, r), add_special_tokens=False).input_ids} for r in requests]
         outs = self.llm.generate(prompts, params, use_tqdm=False)
-        return [Generation(o.outputs[0].text, len(o.prompt_token_ids or []), len(o.outputs[0].token_ids),
+        gens = [Generation(o.outputs[0].text, len(o.prompt_token_ids or []), len(o.outputs[0].token_ids),
                            "length" if o.outputs[0].finish_reason == "length" else "stop") for o in outs]
+        if watch is not None:
+            for i, gen in enumerate(gens):
+                watch.sample(i, gen)
+        return gens
 
     def close(self) -> None:
         return None

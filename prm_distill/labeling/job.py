@@ -127,7 +127,7 @@ def run_label_job(cfg: LabelJobConfig) -> dict[str, Any]:
     cache = ResponseCache(out / "cache" / "responses.jsonl")
     try:
         total = sum(requests_per_record(len(r.steps), j, cfg.votes) for r in todo for j in cfg.all_judges())
-        progress = _Progress(total, cfg.progress and bool(todo) and bool(cfg.all_judges()))
+        progress = _Progress(total, cfg.progress and total > 0)  # a rule (reference) sends nothing: no bar of 0 step-votes
         labeler = Labeler(cfg, [make_judge(j) for j in cfg.all_judges()] if todo else [], cache, progress)
         first_shard = Shards(out, SHARD_STEM).next_index()
         try:

@@ -46,6 +46,23 @@ class DriftSettings:
 
 
 @dataclass
+class FloorSettings:
+    """Absolute floors, checked every round (the first one included) whatever the history says.
+
+    The drift rules only compare with an earlier report, so a model that was poor from the start
+    (AUROC 0.54, F1 0.00) would pass round after round; below a floor it is flagged (exit 3) as a
+    model that drifted would be."""
+
+    min_auroc: float | None = field(default=0.6, metadata={"help": "auroc_floor is raised when the held-out AUROC < this (0.5 is chance); null = off."})
+    min_f1: float | None = field(default=0.05, metadata={"help": "f1_floor is raised when the held-out ProcessBench F1 < this (0: it never finds the first error, or never passes a correct solution); null = off."})
+
+    def __post_init__(self) -> None:
+        bad = [name for name in ("min_auroc", "min_f1") if getattr(self, name) is not None and not 0.0 <= getattr(self, name) <= 1.0]
+        if bad:
+            raise ValueError("floor: " + ", ".join(f"{name} must lie in [0, 1] (or be null), got {getattr(self, name)}" for name in bad))
+
+
+@dataclass
 class FreshSettings:
     """Fresh policy rollouts labelled through the labeling pipeline (with --fresh)."""
 
@@ -83,6 +100,7 @@ class RecalibrateConfig:
 
     calibration: CalibrationSettings = field(default_factory=CalibrationSettings, metadata={"help": "Calibration fit and adoption check."})
     drift: DriftSettings = field(default_factory=DriftSettings, metadata={"help": "Drift rule bounds."})
+    floor: FloorSettings = field(default_factory=FloorSettings, metadata={"help": "Absolute quality floors, checked every round, the first included."})
     fresh: FreshSettings = field(default_factory=FreshSettings, metadata={"help": "Fresh rollouts sample."})
     audit: AuditSettings = field(default_factory=AuditSettings, metadata={"help": "Reward-hacking audits."})
     histogram_bins: int = field(default=20, metadata={"help": "Bins of the score histogram stored in report.json (the next report draws it as 'previous')."})

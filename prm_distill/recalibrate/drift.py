@@ -20,6 +20,12 @@ say so: served scores then moved with the calibration as well as with the data.
   (shares of bad < 0.5, neutral = 0.5, good > 0.5 among supervised steps) of the two reports >
   `label_shift_tv` (0.1). The policy now produces different kinds of steps than the PRM was
   last checked on. Needs fresh rollouts in both reports.
+
+Without a previous report there is no drift verdict at all (`drift_verdict` "no_verdict", said so
+in words by `verdict`), never "none". The floors (`floors`) need no history: every round,
+`auroc_floor` is raised when AUROC < `floor.min_auroc` (0.6) and `f1_floor` when ProcessBench F1 <
+`floor.min_f1` (0.05); a floor set to null, or a metric undefined on the held-out set, is not
+evaluated. A raised floor advises re-distillation (exit 3) as a drift flag does.
 """
 
 from __future__ import annotations
@@ -28,10 +34,11 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from .config import DriftSettings
+from .config import DriftSettings, FloorSettings
 
 EPS = 1e-9
 FLAGS = ("score_inflation", "auroc_drop", "ece_rise", "label_shift")
+FLOORS = {"auroc_floor": ("auroc", "min_auroc"), "f1_floor": ("processbench_f1", "min_f1")}  # flag: (report metric, FloorSettings field)
 LABEL_CLASSES = ("bad", "neutral", "good")
 
 
@@ -143,7 +150,66 @@ def evaluate(current: Mapping[str, Any], previous: Mapping[str, Any] | None, set
     return [name for name in FLAGS if details[name]["raised"]], details
 
 
+def floors(current: Mapping[str, Any], settings: FloorSettings | None = None) -> tuple[list[str], dict[str, Any]]:
+    """(names of the raised floor flags, per-floor details): absolute, so the first round has them too."""
+    s = settings or FloorSettings()
+    details: dict[str, Any] = {}
+    for flag, (metric, setting) in FLOORS.items():
+        bound = getattr(s, setting)
+        if bound is None:
+            details[flag] = _not_evaluated(f"{metric} < floor.{setting}", f"floor.{setting} is null (off)")
+            continue
+        rule = f"{metric} < {bound:g} (floor.{setting})"
+        value = num(current, metric)
+        if value is None:
+            details[flag] = _not_evaluated(rule, f"{metric} is undefined on the held-out set")
+            continue
+        details[flag] = _result(value < bound - EPS, rule, {metric: value, setting: bound})
+    return [flag for flag in FLOORS if details[flag]["raised"]], details
+
+
+def drift_verdict(report: Mapping[str, Any]) -> str:
+    """'flagged' (a drift flag), 'none' (compared with an earlier report, nothing raised) or
+    'no_verdict' (no earlier report, or no rule could be evaluated against it)."""
+    if report.get("drift"):
+        return "flagged"
+    evaluated = any("note" not in det for det in (report.get("drift_details") or {}).values())
+    return "none" if report.get("previous") is not None and evaluated else "no_verdict"
+
+
+def verdict(report: Mapping[str, Any]) -> str:
+    """The round's conclusion in three lines (printed by the command, written to report.md): the
+    drift verdict, the floors with their numbers, and what follows (exit 3 when anything is raised)."""
+    state = drift_verdict(report)
+    if state == "flagged":
+        drift_line = "drift: " + ", ".join(report.get("drift") or [])
+    elif state == "none":
+        drift_line = "drift: none since the previous report"
+    elif report.get("previous") is None:
+        drift_line = "drift: no verdict: first round, nothing to compare with (--history: a folder of earlier reports)"
+    else:
+        drift_line = "drift: no verdict: no rule could be evaluated against the previous report (see drift_details)"
+    floor = report.get("floor") or {}
+    below = list(floor.get("flags") or [])
+    parts = []
+    for flag, det in (floor.get("details") or {}).items():
+        metric, setting = FLOORS[flag]
+        if "note" not in det:
+            op = "<" if det["raised"] else ">="
+            parts.append(f"{metric} {det['values'][metric]:.4f} {op} floor.{setting} {det['values'][setting]:g}")
+        elif "undefined" in det["note"]:
+            parts.append(f"{metric} undefined (floor.{setting} not checked)")
+    floor_line = ("below the floor: " if below else "floor: met: ") + "; ".join(parts) if parts else "floor: off (floor.min_auroc and floor.min_f1 are null)"
+    if state == "flagged" or below:
+        end = "re-distillation advised (exit 3)"
+    elif state == "none":
+        end = "no re-distillation needed"
+    else:
+        end = "nothing flagged, but no drift verdict either: a verdict needs an earlier report"
+    return f"{drift_line}\n{floor_line}\n-> {end}"
+
+
 __all__ = [
-    "EPS", "FLAGS", "LABEL_CLASSES", "RULES", "auroc_drop", "ece_rise", "evaluate", "inflation_basis", "label_shift", "score_inflation",
-    "total_variation",
+    "EPS", "FLAGS", "FLOORS", "LABEL_CLASSES", "RULES", "auroc_drop", "drift_verdict", "ece_rise", "evaluate", "floors", "inflation_basis",
+    "label_shift", "score_inflation", "total_variation", "verdict",
 ]

@@ -120,10 +120,14 @@ def render_markdown(r: Mapping[str, Any]) -> str:
     d = prev.get("deltas") or {}
     fresh = r.get("fresh") or {}
     lines = [f"# PRM recalibration report: {Path(str(r.get('model', '?'))).name}", ""]
-    advice = "**re-distillation advised**" if r.get("redistill_advised") else "no re-distillation needed"
+    verdict = []  # the command's verdict lines, its conclusion in bold when it advises re-distillation
+    for line in str(r.get("verdict") or "").splitlines():
+        if line.startswith("-> "):
+            line = f"**{line[3:]}**" if r.get("redistill_advised") else line[3:]
+        verdict.append(f"- {line}")
     lines += [f"- created: {r.get('created_at')}", f"- model: `{r.get('model')}`",
               f"- held-out set: `{r.get('heldout')}` ({r.get('n_items')} trajectories, {r.get('n_supervised_steps')} supervised steps)",
-              f"- drift flags: {', '.join(r.get('drift') or []) or 'none'} ({advice})",
+              *verdict,
               f"- previous report: {('`' + prev['path'] + '`') if prev else 'none (first round: no drift rule can fire)'}",
               f"- scores: {r.get('scores_source')}", ""]
     lines += ["| metric | value | change since previous |", "|---|---|---|"]
@@ -140,6 +144,12 @@ def render_markdown(r: Mapping[str, Any]) -> str:
     for name, det in (r.get("drift_details") or {}).items():
         state = "RAISED" if det.get("raised") else ("not raised" if "note" not in det else det["note"])
         lines.append(f"- `{name}`: {det.get('rule')} -> {state}")
+    floor = (r.get("floor") or {}).get("details") or {}
+    if floor:
+        lines += ["", "## Floors (every round, no history needed)", ""]
+        for name, det in floor.items():
+            state = "RAISED" if det.get("raised") else ("met" if "note" not in det else det["note"])
+            lines.append(f"- `{name}`: {det.get('rule')} -> {state}")
     c = r.get("calibration") or {}
     lines += ["", "## Calibration", "",
               (f"- current (served): {c.get('current')}; fitted: {c.get('method')} "

@@ -111,8 +111,10 @@ def run_recalibration(
     """Run one round and write report.json, report.md and the plots into `output`; returns the report.
 
     `engine` (any `protocol.StepScorer`: the in-process engine, vLLM, ...) saves loading the model
-    again when the caller has one. The report's `drift` lists the raised flags; `redistill_advised`
-    is true when there is any.
+    again when the caller has one. The report's `drift` lists the raised drift flags and
+    `drift_verdict` says whether there was anything to compare with; `floor` holds the absolute
+    floors (checked every round); `redistill_advised` is true when a drift flag or a floor is
+    raised, and `verdict` says it all in words.
     """
     t0 = time.time()
     cfg = config or RecalibrateConfig()
@@ -181,14 +183,19 @@ def run_recalibration(
     if cfg.drift.include_audit_flags and rep.get("audits"):
         flags += [f for f in rep["audits"]["flags"] if f not in flags]
     rep["drift"], rep["drift_details"] = flags, details
-    rep["redistill_advised"] = bool(flags)
+    below, floor_details = drift.floors(rep, cfg.floor)
+    rep["floor"] = {"flags": below, "details": floor_details}
+    rep["drift_verdict"] = drift.drift_verdict(rep)
+    rep["redistill_advised"] = bool(flags or below)
+    rep["verdict"] = drift.verdict(rep)
     rep["calibration"] = maybe_adopt(model, rep["calibration"], adopt)
     rep["config"] = asdict(cfg)
     out.mkdir(parents=True, exist_ok=True)
     rep["plots"] = draw_all(out, rep, previous)
     rep["elapsed_s"] = round(time.time() - t0, 2)
     write_report(out, rep)
-    log.info("recalibration: drift %s, calibration %s -> %s", flags or "none", rep["calibration"].get("reason"), out / "report.json")
+    log.info("recalibration: drift %s, floor %s, calibration %s -> %s", flags or rep["drift_verdict"], below or "met",
+             rep["calibration"].get("reason"), out / "report.json")
     return rep
 
 

@@ -38,6 +38,8 @@ def _print_invalid(command: str, invalid: list[dict[str, Any]], source: str) -> 
 def cmd_select(args: argparse.Namespace) -> int:
     """Run one of the three commands; a dead server is exit 4 with the way to resume (`cli.exit_table`)."""
     scorer = None
+    if not Path(args.input).is_file():  # bad input (2) before a model loads or a server is asked (4)
+        raise FileNotFoundError(f"input file not found: {args.input}")
     args.kept = f"what was finished is kept in {args.output}"
     try:
         scorer = open_scorer(args.model, args.url, device=args.device)

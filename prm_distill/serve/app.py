@@ -63,16 +63,19 @@ def _batcher(engine: SyncScoringEngine, cfg: ServerConfig) -> ScoreBatcher:
     # Batching off = a token budget of 1: the batcher then takes exactly one trajectory per call,
     # with the same queue, limits and error handling as batching on.
     if cfg.batching:
-        return ScoreBatcher(engine, max_batch_tokens=cfg.max_batch_tokens, max_wait_ms=cfg.max_wait_ms, max_queue=cfg.max_queue)
+        return ScoreBatcher(engine, max_batch_tokens=cfg.max_batch_tokens, max_wait_ms=cfg.max_wait_ms, max_queue=cfg.max_queue,
+                            max_request_tokens=cfg.max_request_tokens or None)
     return ScoreBatcher(engine, max_batch_tokens=1, max_wait_ms=0, max_queue=cfg.max_queue)
 
 
 async def _score_all(batcher: ScoreBatcher, items: Sequence[ScoreItem]) -> list[list[float]]:
-    """Every item through the batcher at once (they batch together); one failure cancels the rest."""
+    """Every item through the batcher at once (they batch together, as one request for the fairness
+    cap); one failure cancels the rest."""
+    group = object()
 
     async def one(i: int, item: ScoreItem) -> list[float]:
         try:
-            return await batcher.score(item.question, item.steps)
+            return await batcher.score(item.question, item.steps, group=group)
         except EncodingError as e:
             raise invalid(f"items[{i}]: {e}") from None
 
@@ -91,12 +94,13 @@ async def _reward_all(batcher: ScoreBatcher, items: Sequence[RewardItem]) -> lis
     Unlike /v1/score, one query's failure to encode costs only that query its score (OpenRLHF
     sends a whole rollout batch in one request); a full queue or a failed forward pass still fails
     the request."""
+    group = object()
 
     async def one(item: RewardItem) -> list[float] | str:
         if item.fallback is not None:
             return item.fallback
         try:
-            return await batcher.score(item.question, list(item.steps))
+            return await batcher.score(item.question, list(item.steps), group=group)
         except EncodingError:
             return "encoding"
 

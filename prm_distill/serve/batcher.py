@@ -13,6 +13,14 @@ asynchronous (`async score_batch(items)`, awaited on the loop: `PRMClient`, whic
 the trajectories of many concurrent sessions as one HTTP request). `max_in_flight` calls may run
 at once (1 for a model; a few for a remote server, so requests overlap the network). Results equal unbatched scoring: a request's scores never
 depend on what it was batched with, and a request the engine rejects fails alone.
+
+Fairness (`max_request_tokens`): the trajectories of one caller's request (one `score_batch` call,
+or the items sharing a `group` key: one HTTP request of the server) add at most that many tokens to
+any one engine call (always at least one trajectory). A 100-trajectory request is thereby scored
+over several calls, and a small request arriving meanwhile joins the next call instead of waiting
+behind all of it: without the cap a 1-step request waited 50 s behind one 100 x 20-step request on
+CPU. The engine scores trajectories independently, so how a request is split across calls changes
+no score beyond float rounding (1e-6 in fp32, tested).
 """
 
 from __future__ import annotations
@@ -71,12 +79,17 @@ def estimate_tokens(question: str, steps: Sequence[str]) -> int:
     return (len(question) + sum(len(step) for step in steps)) // 4 + len(steps) + 1
 
 
-@dataclass
+@dataclass(eq=False)  # compared and hashed by identity: a lone trajectory is its own request
 class _Request:
     item: Item
     cost: int
     arrived: float
     future: asyncio.Future[list[float]] = field(repr=False)
+    group: object = field(default=None, repr=False)  # the caller's request this trajectory belongs to (None: its own)
+
+    @property
+    def owner(self) -> object:
+        return self if self.group is None else self.group
 
 
 def _score_isolated(engine: SyncScoringEngine, items: list[Item]) -> list[list[float] | Exception]:
@@ -134,10 +147,17 @@ class ScoreBatcher:
         max_queue: int = 4096,
         max_items: int | None = None,
         max_in_flight: int = 1,
+        max_request_tokens: int | None = None,
     ) -> None:
-        if max_batch_tokens < 1 or max_queue < 1 or not max_wait_ms >= 0 or max_in_flight < 1 or (max_items is not None and max_items < 1):
-            raise ValueError("ScoreBatcher needs max_batch_tokens, max_queue, max_items and max_in_flight >= 1 and max_wait_ms >= 0")
+        """`max_request_tokens`: the most tokens one request (a `score_batch` call or a `group`) adds
+        to one engine call, so one large request cannot hold the engine while small ones wait
+        (None: no cap, a request's trajectories batch first come, first served)."""
+        if (max_batch_tokens < 1 or max_queue < 1 or not max_wait_ms >= 0 or max_in_flight < 1 or (max_items is not None and max_items < 1)
+                or (max_request_tokens is not None and max_request_tokens < 1)):
+            raise ValueError("ScoreBatcher needs max_batch_tokens, max_queue, max_items, max_in_flight and max_request_tokens >= 1 "
+                             "and max_wait_ms >= 0")
         self.engine = engine
+        self.max_request_tokens = max_request_tokens
         self.max_items = max_items
         self.max_in_flight = max_in_flight
         self._in_flight: set[asyncio.Task[None]] = set()
@@ -167,11 +187,16 @@ class ScoreBatcher:
         return current_calibration(self.engine)
 
     async def score_batch(self, items: Sequence[Item]) -> list[list[float]]:
-        """Per-step scores of several trajectories (each batched with whatever else is waiting)."""
-        return list(await asyncio.gather(*(self.score(question, steps) for question, steps in items)))
+        """Per-step scores of several trajectories (each batched with whatever else is waiting; one
+        request for `max_request_tokens`)."""
+        group = object()
+        return list(await asyncio.gather(*(self.score(question, steps, group=group) for question, steps in items)))
 
-    async def score(self, question: str, steps: Sequence[str]) -> list[float]:
-        """Per-step scores of one trajectory, batched with whatever else is waiting."""
+    async def score(self, question: str, steps: Sequence[str], *, group: object = None) -> list[float]:
+        """Per-step scores of one trajectory, batched with whatever else is waiting.
+
+        `group`: a key shared by the trajectories of one caller's request (any hashable object, e.g.
+        `object()` per HTTP request), which `max_request_tokens` caps together; None: this trajectory alone."""
         if self._closed:
             raise BatcherClosedError("ScoreBatcher is closed")
         if len(self._pending) >= self.max_queue:
@@ -181,7 +206,7 @@ class ScoreBatcher:
             )
         loop = asyncio.get_running_loop()
         self._ensure_worker(loop)
-        request = _Request((question, list(steps)), estimate_tokens(question, steps), loop.time(), loop.create_future())
+        request = _Request((question, list(steps)), estimate_tokens(question, steps), loop.time(), loop.create_future(), group)
         self._pending.append(request)
         self._pending_cost += request.cost
         assert self._wakeup is not None
@@ -234,7 +259,7 @@ class ScoreBatcher:
         if self._last_batch_size <= 1 and len(self._pending) == 1:
             return  # idle: nobody to wait for
         deadline = self._pending[0].arrived + self.max_wait_s
-        while self._pending_cost < self.max_batch_tokens and not self._closed:
+        while self._ready_cost() < self.max_batch_tokens and not self._closed:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return
@@ -244,22 +269,46 @@ class ScoreBatcher:
             except TimeoutError:
                 return
 
+    def _ready_cost(self) -> int:
+        """Tokens the next call could take: all that wait, less what `max_request_tokens` holds back."""
+        cap = self.max_request_tokens
+        if cap is None:
+            return self._pending_cost
+        per_owner: dict[object, int] = {}
+        for request in self._pending:
+            per_owner[request.owner] = per_owner.get(request.owner, 0) + request.cost
+        return sum(min(cost, cap) for cost in per_owner.values())
+
     def _take(self) -> list[_Request]:
-        """The oldest requests that fit the budget (always at least one); abandoned ones are dropped."""
+        """The oldest requests that fit the budget (always at least one); abandoned ones are dropped.
+
+        With `max_request_tokens`, a request that has had its share of this call is passed over (its
+        later trajectories keep their place for the next call) and those behind it move up."""
         batch: list[_Request] = []
         cost = 0
+        cap = self.max_request_tokens
+        taken: dict[object, int] = {}  # tokens each request has in this batch
+        passed: deque[_Request] = deque()
         while self._pending:
             request = self._pending[0]
             if request.future.done():  # the caller gave up (cancelled or timed out)
                 self._pending.popleft()
                 self._pending_cost -= request.cost
                 continue
+            share = taken.get(request.owner)
+            if cap is not None and share is not None and share + request.cost > cap:
+                passed.append(self._pending.popleft())
+                continue
             if batch and (cost + request.cost > self.max_batch_tokens or len(batch) == self.max_items):
                 break
             self._pending.popleft()
             self._pending_cost -= request.cost
+            taken[request.owner] = (share or 0) + request.cost
             batch.append(request)
             cost += request.cost
+        if passed:
+            passed.extend(self._pending)
+            self._pending = passed
         return batch
 
     async def _score(self, loop: asyncio.AbstractEventLoop, batch: list[_Request]) -> None:

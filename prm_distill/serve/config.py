@@ -23,6 +23,7 @@ class ServerConfig:
     threads: int | None = field(default=None, metadata={"help": "torch threads for scoring (default: CPUs - 1, at least 1, so HTTP handling keeps a core: oversubscribed cores slow every forward pass)."})
     max_batch_tokens: int = field(default=16384, metadata={"help": "Token budget of one engine call (the batcher gathers up to about this much)."})
     max_wait_ms: float = field(default=2.0, metadata={"help": "How long the oldest waiting request may wait for batch mates (0: score whatever is queued at once; requests arriving while a batch runs are gathered anyway)."})
+    max_request_tokens: int = field(default=2048, metadata={"help": "Fairness: the most tokens one HTTP request adds to one engine call (at least one trajectory), so a large request is scored over several calls and small requests arriving meanwhile join the next call instead of waiting behind all of it (0: no cap, first come first served). The default is one CPU forward pass; on a GPU serving few large requests, raise it toward --max-batch-tokens."})
     batching: bool = field(default=True, metadata={"help": "Dynamic micro-batching; off scores one trajectory per engine call (for benchmarking)."})
     max_queue: int = field(default=1024, metadata={"help": "Trajectories that may wait; beyond this the server answers 503 with Retry-After."})
     max_body_bytes: int = field(default=4 * 1024 * 1024, metadata={"help": "Largest request body (413 beyond)."})
@@ -42,6 +43,7 @@ class ServerConfig:
         bad = [name for name in counts if getattr(self, name) < 1]
         bad += ["threads"] if self.threads is not None and self.threads < 1 else []
         bad += ["max_wait_ms"] if self.max_wait_ms < 0 else []
+        bad += ["max_request_tokens"] if self.max_request_tokens < 0 else []
         bad += ["port"] if not 0 <= self.port <= 65535 else []
         if self.agg not in ("min", "prod", "last", "mean", "discounted"):  # aggregate.AGGREGATIONS, without importing numpy here
             bad += ["agg"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import math
 import socket
 import threading
@@ -9,7 +10,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .app import api_key_from_env, create_app
+from ..checkpoint import read_sidecar
+from ..exits import Unavailable
+from .app import api_key_from_env, create_app, default_loader
 from .batcher import SyncScoringEngine
 from .config import ServerConfig
 
@@ -23,24 +26,64 @@ def _uvicorn_server(app: Any, cfg: ServerConfig) -> Any:
     ))
 
 
-def run_server(cfg: ServerConfig, load_engine: Callable[[], SyncScoringEngine] | None = None) -> int:
-    """Serve until SIGINT/SIGTERM (in-flight requests finish first); 4 when the model failed to load.
+class ModelUnavailable(Unavailable):
+    """The model failed to load for a reason other than a bad checkpoint (memory, device, backend): exit 4."""
 
+
+def check_port(host: str, port: int) -> None:
+    """Refuse a busy address before anything loads, as bad input (exit 2: the --port option), in
+    words; uvicorn alone logs the OS error and exits 3, which the table reserves for drift."""
+    if port == 0:
+        return  # any free port
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: a port in TIME_WAIT is free
+        try:
+            probe.bind((host, port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise ValueError(f"{host}:{port} is in use: pick another --port") from None
+            raise ValueError(f"cannot listen on {host}:{port} ({e.strerror}): check --host and --port") from None
+
+
+def run_server(cfg: ServerConfig, load_engine: Callable[[], SyncScoringEngine] | None = None) -> int:
+    """Serve until SIGINT/SIGTERM (in-flight requests finish first); 0, or 130 on Ctrl-C.
+
+    A busy port or a folder that is not a checkpoint raises ValueError (bad input, exit 2) before
+    the server starts; a model that fails to load stops the server and raises what failed: its
+    ValueError/FileNotFoundError (a bad checkpoint, exit 2) or `ModelUnavailable` (exit 4).
     uvicorn re-raises the stopping signal after its graceful shutdown, as any process stopped by it
     would end: SIGTERM ends the process with that status, Ctrl-C returns 130 without a traceback.
     """
+    check_port(cfg.host, cfg.port)
+    if load_engine is None:
+        read_sidecar(cfg.model)  # CheckpointError naming the folder (and the export, for a training folder)
     server: Any = None
+    failed: list[Exception] = []
+    loader = load_engine or default_loader(cfg)
+
+    def load() -> SyncScoringEngine:
+        try:
+            return loader()
+        except Exception as e:
+            failed.append(e)
+            raise
 
     def stop(_reason: str) -> None:
         server.should_exit = True
 
-    app = create_app(cfg, load_engine, api_key=api_key_from_env(cfg.api_key_env), on_load_error=stop)
+    app = create_app(cfg, load, api_key=api_key_from_env(cfg.api_key_env), on_load_error=stop)
     server = _uvicorn_server(app, cfg)
     try:
         server.run()
     except KeyboardInterrupt:
         return 130
-    return 4 if app.state.prm.load_error else 0
+    except SystemExit as e:  # uvicorn's own start-up failure (its message is logged above): never exit 3, "drift"
+        raise Unavailable(f"the HTTP server did not start on {cfg.host}:{cfg.port} (uvicorn exited {e.code})") from None
+    if failed:
+        if isinstance(failed[0], (ValueError, FileNotFoundError)):
+            raise failed[0]
+        raise ModelUnavailable(f"the model failed to load: {app.state.prm.load_error}") from failed[0]
+    return 0
 
 
 class BackgroundServer:

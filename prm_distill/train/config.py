@@ -101,7 +101,7 @@ class VerifierSettings:
 @dataclass
 class TrainSettings:
     output_dir: str = field(default="runs/prm", metadata={"help": "Where the exported checkpoint (and checkpoints/ for resuming) go."})
-    max_steps: int = field(default=200, metadata={"help": "Optimizer steps to run (data is cycled)."})
+    max_steps: int = field(default=200, metadata={"help": "Optimizer steps to run (data is cycled); also the length of the learning-rate schedule. May change on resume: the schedule is then rebuilt for the new length (docs/jobs.md)."})
     stop_at_step: int | None = field(default=None, metadata={"help": "Stop (and export) at this step while the schedule keeps max_steps' length: a short run that matches a longer one step for step (ablations, learning curves)."})
     max_minutes: float | None = field(default=None, metadata={"help": "Stop earlier once this wall-clock budget is spent (then export)."})
     batch_size: int = field(default=8, metadata={"help": "Windows per device per micro-batch."})
@@ -117,7 +117,7 @@ class TrainSettings:
     save_steps: int = field(default=100, metadata={"help": "Save a resumable checkpoint every N steps (0 = never)."})
     snapshot_steps: int = field(default=0, metadata={"help": "Every N steps also export a full checkpoint (threshold chosen on dev) to output_dir/snapshots/step-N, for learning curves (0 = never)."})
     save_total_limit: int = field(default=2, metadata={"help": "Keep at most this many resumable checkpoints."})
-    resume: bool = field(default=True, metadata={"help": "Resume from the newest checkpoint in output_dir/checkpoints when one exists."})
+    resume: bool = field(default=True, metadata={"help": "Resume from the newest checkpoint in output_dir/checkpoints when one exists (a rerun with other settings is refused: output_dir/run.json); false = start over there, as `train --fresh`."})
     logging_steps: int = field(default=10, metadata={"help": "Log loss and throughput every N steps."})
     seed: int = field(default=0, metadata={"help": "Seed for data order, dev split, initialisation."})
 

@@ -12,7 +12,7 @@ from typing import Any
 from ..checkpoint import Sidecar
 from ..encoding import StepEncoder
 from ..inference import score_encoded
-from ..metrics import best_threshold, report
+from ..metrics import best_threshold, dev_split_classes, dev_split_problem, report
 from ..records import Trajectory
 from ..verify import apply_rule, rule
 from .config import TrainJobConfig
@@ -42,20 +42,35 @@ def evaluate(model, encoder: StepEncoder, records: list[Trajectory], pad_id: int
     return report(scores, labels, errors, threshold)
 
 
-def _sidecar(cfg: TrainJobConfig, tag_id: int, dev: dict | None, training: dict[str, Any]) -> Sidecar:
-    """The threshold is the dev-chosen one when the dev report has a defined F1, else none."""
-    ok = dev is not None and not math.isnan(dev["processbench_f1"])
+def threshold_choice(dev: list[Trajectory], rep: dict | None) -> tuple[float | None, str, str | None]:
+    """(threshold, its source, why the dev split is unusable or None) for the sidecar: the dev-chosen threshold
+    (metrics.best_threshold, the one rule) when the dev split can choose one, else None with the reason in the
+    source ("none: dev split unusable (<why>)"), never a silent null."""
+    labels, errors = [r.labels for r in dev], [r.first_error for r in dev]
+    problem = dev_split_problem(labels, errors)
+    if problem is None and (rep is None or math.isnan(rep["processbench_f1"])):
+        problem = "ProcessBench F1 is undefined on it"
+    if problem is not None:
+        return None, f"none: dev split unusable ({problem})", problem
+    assert rep is not None
+    return rep["threshold"], f"dev ({dev_split_classes(labels, errors)}): best ProcessBench F1", None
+
+
+def _sidecar(cfg: TrainJobConfig, tag_id: int, dev: list[Trajectory], rep: dict | None, training: dict[str, Any]) -> Sidecar:
+    threshold, source, _ = threshold_choice(dev, rep)
     return Sidecar(step_tag=cfg.model.step_tag, step_tag_id=tag_id, max_length=cfg.model.max_length,
-                   threshold=dev["threshold"] if ok and dev else None, verifier=verifier_rule(cfg), training=training)
+                   threshold=threshold, threshold_source=source, verifier=verifier_rule(cfg), training=training)
 
 
 def export_final(model, tok, encoder: StepEncoder, dev: list[Trajectory], train_ids: list[str], pad_id: int, cfg: TrainJobConfig,
                  tag_id: int, summary: dict[str, Any]) -> dict[str, Any]:
-    """Evaluate on dev, export to cfg.optim.output_dir with the summary in the sidecar; returns the summary."""
+    """Evaluate on dev, export to cfg.optim.output_dir with the summary in the sidecar; returns the summary
+    (with `threshold_source`, and `dev_problem`: why the dev split could choose no threshold, or None)."""
     out = Path(cfg.optim.output_dir)
     rep = evaluate(model, encoder, dev, pad_id, verifier=verifier_rule(cfg)) if dev else None
     summary["dev"] = rep
-    export(model, tok, str(out), _sidecar(cfg, tag_id, rep, summary))
+    _, summary["threshold_source"], summary["dev_problem"] = threshold_choice(dev, rep)
+    export(model, tok, str(out), _sidecar(cfg, tag_id, dev, rep, summary))
     (out / "training_ids.txt").write_text("".join(i + "\n" for i in train_ids), encoding="utf-8")
     return summary
 
@@ -65,5 +80,5 @@ def snapshot(model, tok, encoder: StepEncoder, dev: list[Trajectory], pad_id: in
     """Export a merged copy of the model as it is now (training goes on with the original; a
     gathered copy is merged as is)."""
     rep = evaluate(model, encoder, dev, pad_id, verifier=verifier_rule(cfg)) if dev else None
-    export((model if is_copy else copy.deepcopy(model)).eval(), tok, str(path), _sidecar(cfg, tag_id, rep, {**at, "dev": rep, "snapshot": True}))
+    export((model if is_copy else copy.deepcopy(model)).eval(), tok, str(path), _sidecar(cfg, tag_id, dev, rep, {**at, "dev": rep, "snapshot": True}))
     log.info("snapshot at step %d -> %s (dev %s)", at["step"], path, rep)

@@ -1,17 +1,21 @@
 """The training loop on accelerate: accumulation, mixed precision, periodic dev evaluation,
 resumable checkpoints, seeded; runs unchanged under `accelerate launch` with several processes.
 
-`train` is setup (`setup`: accelerator, model, data, optimiser, all prepared) -> resume
-(`state.resume`) -> steps (`run_steps`, one optimiser step at a time in `optimizer_step`, then what
-is due after it in `after_step`) -> export (`export.export_final`). A run ends early on its time
-budget (`optim.max_minutes`: a resumable checkpoint is saved, then the model is exported) or on a
-stop request (SIGTERM/SIGINT, `prm_distill.stop`: a resumable checkpoint is saved and `Interrupted`
-raised, nothing is exported); a rerun of the same command resumes from that checkpoint.
+`train` is the identity check (`identity.check_run`: a finished run returns at once, another run's
+folder is refused) -> setup (`setup`: accelerator, model, data, optimiser, all prepared) -> the
+identity recorded (`identity.apply`: output_dir/run.json) -> resume (`state.resume`) -> steps
+(`run_steps`, one optimiser step at a time in `optimizer_step`, then what is due after it in
+`after_step`) -> a checkpoint of the last step (when `optim.save_steps` > 0) -> export
+(`export.export_final`). A run ends early on its time budget (`optim.max_minutes`: a resumable
+checkpoint is saved, then the model is exported) or on a stop request (SIGTERM/SIGINT,
+`prm_distill.stop`: a resumable checkpoint is saved and `Interrupted` raised, nothing is exported);
+a rerun of the same command resumes from that checkpoint.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +28,9 @@ from ..atomic import dumps
 from ..checkpoint import pad_token_id
 from ..encoding import StepEncoder
 from ..exits import Interrupted
+from ..metrics import dev_split_warning, fmt
 from ..records import Trajectory
-from . import state as ckpt
+from . import identity, state as ckpt
 from .config import TrainJobConfig
 from .data import Collator, build_rows, group_by_length, load_data
 from .distributed import main_process_model, make_accelerator, skeleton
@@ -59,6 +64,7 @@ class Run:
     scheduler: Any
     trainable: list[torch.nn.Parameter]
     started: float  # wall clock at setup: the time budget counts from here
+    dev_warning: str | None = None  # the dev split is unusable or small (metrics.dev_split_warning)
 
     @property
     def out(self) -> Path:
@@ -89,6 +95,7 @@ def setup(cfg: TrainJobConfig) -> Run:
     encoder = StepEncoder(tok, tag_id, cfg.model.max_length)
     pad_id = pad_token_id(tok)
     train_records, dev_records = load_data(cfg)
+    dev_warning = dev_split_warning([r.labels for r in dev_records], [r.first_error for r in dev_records])
     rows, stats = build_rows(train_records, encoder, cfg.loss)
     if not rows:
         raise ValueError("no training rows: no record has a supervised step")
@@ -105,7 +112,7 @@ def setup(cfg: TrainJobConfig) -> Run:
     model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
     trainable = [p for p in model.parameters() if p.requires_grad]  # FSDP replaces the parameters: clip the new ones
     return Run(cfg, accelerator, model, template, tok, tag_id, backbone_path, encoder, pad_id, train_records, dev_records, stats,
-               loader, optimizer, scheduler, trainable, started)
+               loader, optimizer, scheduler, trainable, started, dev_warning)
 
 
 def optimizer_step(run: Run, batch: dict[str, torch.Tensor]) -> tuple[float, bool]:
@@ -146,7 +153,9 @@ def after_step(run: Run, st: ckpt.TrainState) -> bool:
         if current is not None:
             rep = evaluate(current, run.encoder, run.dev_records, run.pad_id, verifier=verifier_rule(run.cfg))
             st.history.append({"step": step, "dev": rep})
-            a.print(dumps({"step": step, "dev": rep}))
+            _log_json(run, {"step": step, "dev": rep})
+            a.print(f"step {step} dev: auroc {fmt(rep.get('auroc'))}  f1 {fmt(rep.get('processbench_f1'))}  "
+                    f"threshold {fmt(rep.get('threshold'))}")
         a.wait_for_everyone()
     if t.snapshot_steps and step % t.snapshot_steps == 0 and step < t.max_steps:
         current, is_copy = main_process_model(a, run.model, run.template)
@@ -174,6 +183,25 @@ def after_step(run: Run, st: ckpt.TrainState) -> bool:
     return False
 
 
+def _log_json(run: Run, entry: dict[str, Any]) -> None:
+    """The full-precision record of a log line, one JSON object per line in `output_dir/train_log.jsonl`
+    (the console gets the readable line)."""
+    if run.accelerator.is_main_process:
+        run.out.mkdir(parents=True, exist_ok=True)
+        with open(run.out / "train_log.jsonl", "a", encoding="utf-8") as f:
+            f.write(dumps(entry) + "\n")
+
+
+def _last_step(t: Any) -> int:
+    return min(t.max_steps, t.stop_at_step) if t.stop_at_step is not None else t.max_steps
+
+
+def _duration(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
+
+
 def run_steps(run: Run, st: ckpt.TrainState) -> float:
     """Optimiser steps from `st.step` until max_steps, the budget, stop_at_step or a stop request;
     the data order continues where a resumed run left it. Returns the loop's wall time."""
@@ -182,6 +210,7 @@ def run_steps(run: Run, st: ckpt.TrainState) -> float:
     epoch, skip = divmod(st.step * t.gradient_accumulation_steps, micro_per_epoch)
     run.model.train()
     loop_start, loss_sum, loss_n, stop = time.time(), 0.0, 0, False
+    tokens_at_start, step_at_start = st.tokens_seen, st.step  # rates and ETA of this process (a resumed run starts here)
     with stopping.cooperative():  # a signal is honoured after the optimiser step in hand
         while st.step < t.max_steps and not stop:
             run.loader.set_epoch(epoch)
@@ -195,10 +224,14 @@ def run_steps(run: Run, st: ckpt.TrainState) -> float:
                     continue
                 st.step += 1
                 if st.step % t.logging_steps == 0 or st.step == t.max_steps:
-                    rate = st.tokens_seen / max(time.time() - loop_start, 1e-9)
+                    elapsed = max(time.time() - loop_start, 1e-9)
+                    rate = (st.tokens_seen - tokens_at_start) / elapsed
                     entry = {"step": st.step, "loss": loss_sum / loss_n, "lr": run.scheduler.get_last_lr()[0], "tokens_per_s": rate}
                     st.history.append(entry)
-                    a.print(dumps(entry))
+                    _log_json(run, entry)
+                    left = (_last_step(t) - st.step) * elapsed / max(st.step - step_at_start, 1)
+                    a.print(f"step {st.step}/{_last_step(t)}  loss {entry['loss']:.4f}  lr {entry['lr']:.2e}  {rate:.0f} tokens/s  "
+                            f"ETA {_duration(left)}")
                     loss_sum, loss_n = 0.0, 0
                 stop = after_step(run, st)
                 if st.step >= t.max_steps or stop:
@@ -225,18 +258,36 @@ def summarize(run: Run, st: ckpt.TrainState, train_wall: float) -> dict[str, Any
     }
 
 
-def train(cfg: TrainJobConfig) -> dict:
-    """Train, export to cfg.optim.output_dir, return the summary (also in the sidecar). Raises
-    `Interrupted` on SIGTERM/SIGINT (under `prm_distill.stop`) once a resumable checkpoint is saved."""
+def train(cfg: TrainJobConfig, *, fresh: bool = False) -> dict:
+    """Train, export to cfg.optim.output_dir, return the summary (also in the sidecar). The run's identity
+    is checked against `output_dir/run.json` first (`identity.check_run`): a finished run returns its
+    export's summary with `already_finished` set, untouched; another run's folder is refused (ValueError,
+    exit 2) unless `fresh` (or optim.resume=false) starts over there. Raises `Interrupted` on
+    SIGTERM/SIGINT (under `prm_distill.stop`) once a resumable checkpoint is saved."""
+    check = identity.check_run(cfg, fresh)  # read-only, on every rank: all reach the same verdict
+    if check.finished is not None:
+        if int(os.environ.get("RANK", "0")) == 0:
+            identity.record_finished(check)
+        return check.finished
     run = setup(cfg)
-    st = ckpt.resume(run.accelerator, run.out, cfg.optim.resume)
     a = run.accelerator
+    if a.is_main_process:  # after setup: a bad backbone or data file leaves the folder as it was
+        identity.apply(check, a.print)
+        if run.dev_warning:
+            log.warning(run.dev_warning)
+    a.wait_for_everyone()
+    st = ckpt.resume(a, run.out, cfg.optim.resume and not fresh)
     a.print(
         f"training on {len(run.train_records)} records ({run.stats['rows']} windows, {run.stats['supervised_steps']} supervised steps), "
-        f"dev {len(run.dev_records)} records; {a.num_processes} process(es) ({a.distributed_type.value}), "
-        f"precision {a.mixed_precision}"
+        f"dev {len(run.dev_records)} records; " + (
+            f"{a.num_processes} process(es) ({a.distributed_type.value})" if a.num_processes > 1 else f"one process on {a.device}")
+        + ("" if a.mixed_precision == "no" else f", mixed precision {a.mixed_precision}")
+        + f"; log lines also in {run.out / 'train_log.jsonl'}"
     )
     summary = summarize(run, st, run_steps(run, st))
+    saved = ckpt.checkpoints(run.out)
+    if cfg.optim.save_steps and st.step and not (saved and saved[-1].name == f"step-{st.step}"):
+        ckpt.save(a, run.out, st, cfg.optim.save_total_limit)  # the last step too: a longer optim.max_steps continues from here
     unwrapped, _ = main_process_model(a, run.model, run.template)  # every rank: FSDP / ZeRO-3 gather here
     if unwrapped is not None:
         export_final(unwrapped, run.tok, run.encoder, run.dev_records, [r.id for r in run.train_records], run.pad_id, cfg, run.tag_id, summary)

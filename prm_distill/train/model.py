@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..backbones import BackboneError, resolve_backbone
+from ..backbones import BackboneError, load_token_classifier, resolve_backbone
 from ..checkpoint import Sidecar, save_checkpoint
 from ..encoding import ensure_step_tag
 from .config import LoraSettings, ModelConfig
@@ -22,13 +22,11 @@ def load_tokenizer(path: str, trust_remote_code: bool = False):
 
 def build_model(model_cfg: ModelConfig, lora: LoraSettings):
     """(model, tokenizer, step_tag_id, resolved backbone path)."""
-    from transformers import AutoModelForTokenClassification
-
     path = resolve_backbone(model_cfg.backbone)
     tok = load_tokenizer(path, model_cfg.trust_remote_code)
     tag_id = ensure_step_tag(tok, model_cfg.step_tag)
     try:
-        model = AutoModelForTokenClassification.from_pretrained(
+        model = load_token_classifier(  # the new head's LOAD REPORT is expected: not shown
             path, num_labels=2, id2label=ID2LABEL, label2id={v: k for k, v in ID2LABEL.items()},
             trust_remote_code=model_cfg.trust_remote_code,
         )

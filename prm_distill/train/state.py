@@ -1,7 +1,7 @@
 """Resumable training state: `output_dir/checkpoints/step-N/` holds accelerate's state (model,
 optimizer, scheduler, RNGs, sampler) and `trainer_state.json` (step, tokens seen, history), written
 last, so a folder without it is incomplete and ignored. A rerun of the same command resumes from
-the newest complete one."""
+the newest complete one; which run these checkpoints belong to is `output_dir/run.json` (`identity`)."""
 
 from __future__ import annotations
 

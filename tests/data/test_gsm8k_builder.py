@@ -217,3 +217,19 @@ def test_cli_kinds_are_a_comma_separated_list_checked_against_the_known_ones(tmp
     assert made and made <= {"miscalculation", "wrong_operation"}
     assert main(["data", "gsm8k", "--input", str(path), "--output", str(tmp_path / "x"), "--kinds", "miscalculation,typo"]) == 2
     assert "unknown error kind(s) ['typo']" in capsys.readouterr().err
+
+
+def test_a_dev_split_of_one_class_is_a_warning_at_build_time(tmp_path, caplog):
+    """No variants, no bare answers: every dev record is all-correct, so no threshold can be chosen on it."""
+    from prm_distill.data.build import build_from_gsm8k
+
+    path = tmp_path / "g.jsonl"
+    path.write_text("".join(json.dumps({"question": f"{NATALIA_Q} ({i})", "answer": NATALIA_A}) + "\n" for i in range(10)))
+    with caplog.at_level("WARNING", logger="prm_distill.data"):
+        s = build_from_gsm8k(path, tmp_path / "out", BuildConfig(variants=0, bare_answers=0.0, dev_fraction=0.2))
+    n = s["dev_records"]
+    assert n == 2 and f"{tmp_path / 'out' / 'dev.jsonl'}: dev split unusable ({n} records: 0 with a first error, {n} all-correct" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="prm_distill.data"):
+        build_from_gsm8k(path, tmp_path / "none", BuildConfig(variants=0, bare_answers=0.0, dev_fraction=0.0))
+    assert "dev split" not in caplog.text  # no dev split asked for: nothing to warn about

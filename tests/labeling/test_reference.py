@@ -136,3 +136,24 @@ def test_records_without_reference_are_refused_naming_them(tmp_path, capsys):
 
     assert main(["label", f"input={path}", f"output={tmp_path / 'cli'}", "judge.backend=reference"]) == 2
     assert "noref, noans" in capsys.readouterr().err
+
+
+def test_the_command_says_there_are_no_votes_to_rate_and_draws_no_empty_bar(tmp_path, capsys):
+    """The rule sends nothing and casts no vote that can be invalid: no "invalid-vote rate None", no "0step-vote" bar."""
+    from prm_distill.cli import main
+
+    path = _write(tmp_path, _rows())
+    assert main(["label", f"input={path}", f"output={tmp_path / 'out'}", "judge.backend=reference"]) == 0
+    out, err = capsys.readouterr()
+    assert "labelled 4 rollouts" in out and "None" not in out and "invalid-vote rate" not in out
+    assert "step-vote" not in err
+
+
+def test_with_the_verifier_on_a_step_after_the_first_error_with_a_false_equation_is_still_0(tmp_path):
+    """docs/labeling.md: the rule leaves steps after its first error null, the verifier's veto (configs/label.yaml turns it on) still applies."""
+    rows = [{**_rows()[1], "steps": ["In May she sold 48 * 2 = 96 clips.", "Altogether 48 + 96 = 150 clips.", "The answer is 150."]}]
+    path = _write(tmp_path, rows)
+    for on, expected in (("false", [0.0, None, None]), ("true", [0.0, 0.0, None])):
+        run_label_job(load_config(LabelJobConfig, None, [f"input={path}", f"output={tmp_path / on}", "progress=false", "judge.backend=reference",
+                                                         f"verifier.enabled={on}"]))
+        assert read_jsonl(tmp_path / on / "labels.jsonl")[0].labels == expected

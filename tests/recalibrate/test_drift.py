@@ -132,3 +132,66 @@ def test_deltas_and_previous_entry():
     assert d["fresh_mean_score"] == pytest.approx(0.1) and d["fresh_agreement"] == pytest.approx(-0.05)
     entry = previous_entry("p.json", prev, cur)
     assert entry["values"]["auroc"] == 0.80 and entry["deltas"] == d
+
+
+# Floors: absolute, so a first round has them too (issue 27: a first round said "drift: none" at AUROC 0.54 / F1 0.00)
+
+FIRST_ROUND = "drift: no verdict: first round, nothing to compare with (--history: a folder of earlier reports)"
+
+
+@pytest.mark.parametrize("auroc, f1, raised", [
+    (0.54, 0.0, ["auroc_floor", "f1_floor"]),  # the issue's model
+    (0.6, 0.05, []),  # exactly at the floors: not below them
+    (0.5999, 0.05, ["auroc_floor"]),
+    (0.9, 0.0499, ["f1_floor"]),
+])
+def test_floors_at_the_boundary(auroc, f1, raised):
+    flags, details = drift.floors(rep(auroc=auroc, processbench_f1=f1))
+    assert flags == raised
+    assert details["auroc_floor"]["values"] == {"auroc": auroc, "min_auroc": 0.6}
+    assert details["f1_floor"]["values"] == {"processbench_f1": f1, "min_f1": 0.05}
+
+
+def test_a_floor_set_to_null_or_a_metric_undefined_is_not_evaluated():
+    from prm_distill.recalibrate.config import FloorSettings
+
+    flags, details = drift.floors(rep(auroc=0.3, processbench_f1=float("nan")), FloorSettings(min_auroc=None))
+    assert flags == []
+    assert details["auroc_floor"]["note"] == "not evaluated: floor.min_auroc is null (off)"
+    assert details["f1_floor"]["note"] == "not evaluated: processbench_f1 is undefined on the held-out set"
+    with pytest.raises(ValueError, match="min_f1 must lie in"):
+        FloorSettings(min_f1=1.5)
+
+
+def _round(current, previous=None):
+    """The report fields `verdict` reads, as run_recalibration fills them."""
+    flags, details = drift.evaluate(current, previous, S)
+    below, floor_details = drift.floors(current)
+    out = {**current, "previous": {"path": "old.json"} if previous else None, "drift": flags, "drift_details": details,
+           "floor": {"flags": below, "details": floor_details}}
+    return {**out, "drift_verdict": drift.drift_verdict(out)}
+
+
+def test_a_first_round_gives_no_drift_verdict_and_the_floor_speaks():
+    r = _round(rep(auroc=0.54, processbench_f1=0.0))
+    assert r["drift"] == [] and r["drift_verdict"] == "no_verdict"
+    assert drift.verdict(r) == (f"{FIRST_ROUND}\n"
+                                "below the floor: auroc 0.5400 < floor.min_auroc 0.6; processbench_f1 0.0000 < floor.min_f1 0.05\n"
+                                "-> re-distillation advised (exit 3)")
+    good = _round(rep(auroc=0.8, processbench_f1=0.4))
+    assert drift.verdict(good) == (f"{FIRST_ROUND}\n"
+                                   "floor: met: auroc 0.8000 >= floor.min_auroc 0.6; processbench_f1 0.4000 >= floor.min_f1 0.05\n"
+                                   "-> nothing flagged, but no drift verdict either: a verdict needs an earlier report")
+
+
+def test_with_a_previous_report_the_drift_verdict_is_given():
+    same = _round(rep(processbench_f1=0.4), rep(processbench_f1=0.4))
+    assert same["drift_verdict"] == "none"
+    assert drift.verdict(same).splitlines()[0] == "drift: none since the previous report"
+    assert drift.verdict(same).splitlines()[-1] == "-> no re-distillation needed"
+    dropped = _round(rep(auroc=0.7, processbench_f1=0.4), rep(processbench_f1=0.4))  # 0.80 -> 0.70
+    assert dropped["drift_verdict"] == "flagged" and drift.verdict(dropped).splitlines()[0] == "drift: auroc_drop"
+    assert drift.verdict(dropped).splitlines()[-1] == "-> re-distillation advised (exit 3)"
+    undefined = _round({"auroc": None, "processbench_f1": 0.4}, {"auroc": 0.8})
+    assert undefined["drift_verdict"] == "no_verdict"
+    assert drift.verdict(undefined).splitlines()[0] == "drift: no verdict: no rule could be evaluated against the previous report (see drift_details)"

@@ -1,5 +1,6 @@
-"""`prm-distill rollout` stopped: SIGTERM exits 130 after writing the shard in hand, a policy server
-that dies mid-run exits 4; either way the finished shards are kept and a rerun generates only the rest."""
+"""`prm-distill rollout` stopped: SIGTERM exits 130 within a token, writing the finished samples of
+the shard in hand; a policy server that dies mid-run exits 4; either way the finished samples are
+kept and a rerun generates only the rest."""
 
 from __future__ import annotations
 
@@ -31,17 +32,17 @@ def _rollout_cmd(policy: Path, out: Path) -> list[str]:
             "embedded:12", "--k", "1", "--max-new-tokens", "24", "--output", str(out), "shard_problems=1", "progress=false"]
 
 
-def test_sigterm_stops_rollout_after_the_shard_in_hand_and_a_rerun_generates_only_the_rest(tiny_backbone, tmp_path):
+def test_sigterm_stops_rollout_keeping_the_finished_samples_and_a_rerun_generates_only_the_rest(tiny_backbone, tmp_path):
     out = tmp_path / "ro"
     proc = subprocess.Popen(_rollout_cmd(tiny_backbone, out), cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _wait_for(lambda: any(out.glob("rollouts-*.jsonl")), proc)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == exits.INTERRUPTED, err[-3000:]
-    assert "prm-distill rollout: interrupted: stopped by SIGTERM" in err and f"completed shards are kept in {out}" in err
+    assert "prm-distill rollout: interrupted: stopped by SIGTERM" in err and f"every finished sample is kept in {out}" in err
     shards = sorted(out.glob("rollouts-*.jsonl"))
     kept = [json.loads(line) for s in shards for line in s.read_text().splitlines()]
-    assert 1 <= len(kept) < 12 and len(shards) == len(kept)  # one problem per shard, each written whole
+    assert 1 <= len(kept) < 12 and len(shards) == len(kept)  # one sample per shard: the one cut short is dropped
     assert not (out / "rollouts.jsonl").exists()
 
     again = subprocess.run(_rollout_cmd(tiny_backbone, out), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
@@ -69,7 +70,7 @@ def test_rollout_exits_4_when_the_policy_server_dies_mid_run_and_resumes_on_anot
             "shard_problems=1", "policy.concurrency=1", "policy.max_retries=1", "policy.backoff_s=0.01", "progress=false"]
     assert main([*args, "--base-url", first.base_url]) == exits.UNAVAILABLE
     err = capsys.readouterr().err
-    assert "prm-distill rollout: policy unavailable:" in err and f"completed shards are kept in {out}; rerun the same command to resume" in err
+    assert "prm-distill rollout: policy unavailable:" in err and f"every finished sample is kept in {out}; rerun the same command to resume" in err
     assert len(list(out.glob("rollouts-*.jsonl"))) == 3
 
     second = openai_double(models=["pol"], answer=lambda body: answer)

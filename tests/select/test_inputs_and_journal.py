@@ -49,5 +49,6 @@ def test_append_log_cuts_a_torn_line_and_keeps_only_wanted_rows(tmp_path):
 def test_a_job_resumes_only_with_its_own_settings(tmp_path):
     check_job(tmp_path / "job.json", {"command": "pairs", "model": "m", "min_margin": 0.1})
     check_job(tmp_path / "job.json", {"command": "pairs", "model": "m", "min_margin": 0.1})
+    (tmp_path / "pairs.jsonl").write_text('{"group": "g1"}\n')  # outputs made with min_margin=0.1
     with pytest.raises(ValueError, match="min_margin=0.1.*min_margin=0.2"):
         check_job(tmp_path / "job.json", {"command": "pairs", "model": "m", "min_margin": 0.2})

@@ -226,3 +226,90 @@ def test_a_lone_request_on_an_idle_batcher_does_not_wait_but_under_load_requests
 
     asyncio.run(main())
     assert engine.calls == [["alone"], ["a", "b"], ["c", "d"]]
+
+
+def test_a_large_request_is_split_across_calls_and_a_small_one_joins_the_next_call():
+    gate = threading.Event()
+    engine = RecordingEngine(gate=gate)
+    steps = ["x" * 40]
+    cap = 2 * estimate_tokens("big0", steps)  # each call takes at most two of the large request's trajectories
+
+    async def main():
+        batcher = ScoreBatcher(engine, max_wait_ms=0, max_request_tokens=cap)
+        big = asyncio.ensure_future(batcher.score_batch([(f"big{i}", steps) for i in range(6)]))
+        await asyncio.to_thread(engine.started.wait, 5)  # the large request's first call is running
+        small = asyncio.ensure_future(batcher.score("small", ["ab"]))
+        await asyncio.sleep(0)
+        gate.set()
+        results = await asyncio.gather(big, small)
+        await batcher.aclose()
+        return results
+
+    big, small = asyncio.run(main())
+    assert big == [[0.4]] * 6 and small == [0.02]
+    assert engine.calls == [["big0", "big1"], ["big2", "big3", "small"], ["big4", "big5"]]
+
+
+def test_without_a_cap_a_request_fills_the_call_first_come_first_served():
+    gate = threading.Event()
+    engine = RecordingEngine(gate=gate)
+    budget = 4 * estimate_tokens("big0", ["x" * 40])
+
+    async def main():
+        batcher = ScoreBatcher(engine, max_wait_ms=0, max_batch_tokens=budget)
+        big = asyncio.ensure_future(batcher.score_batch([(f"big{i}", ["x" * 40]) for i in range(6)]))
+        await asyncio.to_thread(engine.started.wait, 5)
+        small = asyncio.ensure_future(batcher.score("small", ["ab"]))
+        await asyncio.sleep(0)
+        gate.set()
+        await asyncio.gather(big, small)
+        await batcher.aclose()
+
+    asyncio.run(main())
+    assert engine.calls == [["big0", "big1", "big2", "big3"], ["big4", "big5", "small"]]  # behind all of it
+
+
+def test_the_cap_lets_a_small_request_finish_before_a_large_one_with_the_same_scores(tiny_checkpoint):
+    """Real engine: one 24-trajectory x 20-step request, then a 1-step request while it is being
+    scored. The small one completes first (order, not timing), and every score equals scoring
+    that trajectory alone (batch composition is float rounding only: 1e-6 in fp32)."""
+    engine = PRMEngine.from_checkpoint(tiny_checkpoint, device="cpu", dtype="float32")
+    big_items = [(f"Problem {i}: what is {i} + {i}?", [f"Step {j}: {i} + {j} = {i + j}." for j in range(20)]) for i in range(24)]
+    small_item = ("What is 2 + 3?", ["2 + 3 = 5."])
+    alone = [engine.score([item])[0] for item in [*big_items, small_item]]
+    started = threading.Event()
+
+    class Watched:
+        def score(self, items):
+            started.set()
+            return engine.score(items)
+
+    cap = 3 * estimate_tokens(*big_items[0])  # three of the large request's trajectories per call
+
+    async def main():
+        batcher = ScoreBatcher(Watched(), max_wait_ms=0, max_request_tokens=cap)
+        finished: list[str] = []
+        big = asyncio.ensure_future(batcher.score_batch(big_items))
+        big.add_done_callback(lambda _: finished.append("big"))
+        await asyncio.to_thread(started.wait, 30)  # the large request's first call is running
+        small = asyncio.ensure_future(batcher.score(*small_item))
+        small.add_done_callback(lambda _: finished.append("small"))
+        results = await asyncio.gather(big, small)
+        await batcher.aclose()
+        return finished, results
+
+    finished, (big, small) = asyncio.run(main())
+    assert finished == ["small", "big"]
+    for got, want in zip([*big, small], alone, strict=True):
+        assert got == pytest.approx(want, abs=1e-6)
+
+
+def test_the_server_caps_each_http_request_by_default_and_zero_switches_the_cap_off(tiny_checkpoint):
+    from prm_distill.serve.app import _batcher
+    from prm_distill.serve.config import ServerConfig
+
+    engine = RecordingEngine()
+    assert _batcher(engine, ServerConfig(model=str(tiny_checkpoint))).max_request_tokens == 2048
+    assert _batcher(engine, ServerConfig(model=str(tiny_checkpoint), max_request_tokens=0)).max_request_tokens is None
+    with pytest.raises(ValueError, match="max_request_tokens"):
+        ServerConfig(model=str(tiny_checkpoint), max_request_tokens=-1)

@@ -93,7 +93,13 @@ def test_client_retries_503_while_the_model_loads(tiny_checkpoint, engine):
             return await client.score(QUESTION, STEPS)
 
     with srv:
-        threading.Timer(0.4, loaded.set).start()
+        def release():  # load once two requests were refused (not after a fixed delay: the server may start late on a busy CPU)
+            deadline = time.monotonic() + 30
+            while sum(status == 503 for *_, status in log) < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            loaded.set()
+
+        threading.Thread(target=release, daemon=True).start()
         scores = asyncio.run(main())
     assert scores == pytest.approx(engine.score([(QUESTION, STEPS)])[0], abs=1e-5)
     statuses = [status for _, _, status in log]

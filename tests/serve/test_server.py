@@ -337,3 +337,51 @@ def test_cli_serve_binds_localhost_by_default_and_finishes_in_flight_requests_on
     assert result[0].json()["results"][0]["step_scores"] == pytest.approx(expected[(GOOD["question"], tuple(GOOD["steps"]))], abs=1e-5)
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{url}/health")
+
+
+def test_a_small_request_is_answered_before_a_large_one_in_flight_with_the_same_scores(tiny_checkpoint, engine):
+    """Fairness over HTTP: one request of 24 trajectories x 20 steps, then a 1-step request while the
+    first is being scored. With the per-request cap the small one is answered first (completion
+    order, not timing), and every score equals scoring that trajectory alone."""
+    big = [{"question": f"Problem {i}: what is {i} + {i}?", "steps": [f"Step {j}: {i} + {j} = {i + j}." for j in range(20)]} for i in range(24)]
+    small = {"question": "What is 2 + 3?", "steps": ["2 + 3 = 5."]}
+    alone = [engine.score([(x["question"], x["steps"])])[0] for x in [*big, small]]
+    started = threading.Event()
+
+    class Watched:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def score(self, items):
+            started.set()
+            return self.inner.score(items)
+
+    from prm_distill.serve.batcher import estimate_tokens
+
+    cap = 3 * estimate_tokens(big[0]["question"], big[0]["steps"])  # three of the large request's trajectories per engine call
+    cfg = config(tiny_checkpoint, max_items=32, max_steps=32, max_body_bytes=1 << 20, max_request_tokens=cap, max_wait_ms=0)
+
+    async def main(url: str):
+        finished: list[str] = []
+        async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+            async def send(name: str, items: list[dict]) -> list[list[float]]:
+                r = await client.post("/v1/score", json={"items": items})
+                finished.append(name)
+                assert r.status_code == 200, r.text
+                return [x["step_scores"] for x in r.json()["results"]]
+
+            large = asyncio.ensure_future(send("big", big))
+            await asyncio.to_thread(started.wait, 60)  # the large request's first engine call is running
+            got = await asyncio.gather(large, send("small", [small]))
+        return finished, got
+
+    with BackgroundServer(cfg, lambda: Watched(engine)) as srv:
+        wait_ready(srv.url)
+        started.clear()  # readiness probes score nothing, but be sure the event is the large request's
+        finished, (big_scores, small_scores) = asyncio.run(main(srv.url))
+    assert finished == ["small", "big"]
+    for got, want in zip([*big_scores, *small_scores], alone, strict=True):
+        assert got == pytest.approx(want, abs=1e-6)
