@@ -281,7 +281,7 @@ def train(cfg: TrainJobConfig, *, fresh: bool = False) -> dict:
         f"training on {len(run.train_records)} records ({run.stats['rows']} windows, {run.stats['supervised_steps']} supervised steps), "
         f"dev {len(run.dev_records)} records; " + (
             f"{a.num_processes} process(es) ({a.distributed_type.value})" if a.num_processes > 1 else f"one process on {a.device}")
-        + ("" if a.mixed_precision == "no" else f", mixed precision {a.mixed_precision}")
+        + f", precision {'fp32' if a.mixed_precision == 'no' else a.mixed_precision}"  # benchmarks/gpu_recipe.py reads it
         + f"; log lines also in {run.out / 'train_log.jsonl'}"
     )
     summary = summarize(run, st, run_steps(run, st))
