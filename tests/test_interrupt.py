@@ -101,7 +101,7 @@ def test_sigterm_stops_train_with_a_resumable_checkpoint_that_a_rerun_resumes(ti
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
     reader.start()
-    _wait_for(lambda: any(line.startswith('{"step": 2,') for line in lines), proc)
+    _wait_for(lambda: any(line.startswith("step 2/") for line in lines), proc)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     reader.join(10)
