@@ -38,3 +38,10 @@ def cpu_has_native_bf16() -> bool:
 def cpu_has_amx() -> bool:
     """True on CPUs with AMX bf16 tiles (Intel Xeon since Sapphire Rapids)."""
     return "amx_bf16" in _cpuinfo()[1]
+
+
+def cpu_has_onednn_bf16() -> bool:
+    """True when oneDNN's bf16 linears run here: its weight reorder refuses CPUs without AVX-NE-CONVERT
+    or AVX512 BW+VL+DQ (an AVX2-only EPYC, say) with a RuntimeError at load time."""
+    flags = _cpuinfo()[1]
+    return "avx_ne_convert" in flags or {"avx512bw", "avx512vl", "avx512dq"} <= flags

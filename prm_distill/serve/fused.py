@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.modeling_outputs import TokenClassifierOutput
 
-from .cpu import cpu_has_amx
+from .cpu import cpu_has_amx, cpu_has_onednn_bf16
 
 ARCHITECTURES = ("llama", "qwen2", "mistral")
 DTYPES = (torch.float32, torch.bfloat16)
@@ -62,6 +62,8 @@ def fused_support(model: Any) -> str | None:
         return f"device {param.device} (the fused runner is for CPU)"
     if param.dtype not in DTYPES:
         return f"dtype {param.dtype} (float32 and bfloat16 are fused)"
+    if param.dtype == torch.bfloat16 and not cpu_has_onednn_bf16():
+        return "bfloat16 on a CPU without AVX512 BW/VL/DQ or AVX-NE-CONVERT (oneDNN's bf16 linears need them)"
     if not hasattr(model, "score") or not hasattr(getattr(model, "model", None), "layers"):
         return "not a *ForTokenClassification model with .model.layers and .score"
     return None

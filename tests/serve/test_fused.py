@@ -9,7 +9,7 @@ import torch
 from prm_distill.checkpoint import load_checkpoint
 from prm_distill.inference import score_encoded
 from prm_distill.serve import PRMEngine
-from prm_distill.serve.cpu import cpu_vendor
+from prm_distill.serve.cpu import cpu_has_onednn_bf16, cpu_vendor
 from prm_distill.serve.engine import auto_cpu_kernels, cpu_runner
 from prm_distill.serve.fused import FusedTokenClassifier, fused_support
 
@@ -58,13 +58,27 @@ def test_the_default_kernels_are_chosen_per_dtype_and_score_as_the_evaluation_pa
         assert not any(type(m).__name__ == "MkldnnLinear" for m in fp32.model.modules())
     else:
         assert isinstance(fp32.model, FusedTokenClassifier)
-    assert isinstance(bf16.model, FusedTokenClassifier) and next(bf16.model.parameters()).dtype == torch.bfloat16
+    assert next(bf16.model.parameters()).dtype == torch.bfloat16
+    # oneDNN's bf16 linears need AVX512 BW/VL/DQ or AVX-NE-CONVERT: without them the plain forward runs
+    assert isinstance(bf16.model, FusedTokenClassifier) == cpu_has_onednn_bf16()
     model, _, _ = load_checkpoint(tiny_checkpoint)
     reference = flat(score_encoded(model, [fp32.encode(q, s) for q, s in ITEMS], fp32.pad_id))
     assert flat(fp32.score(ITEMS)) == pytest.approx(reference, abs=1e-5)
     assert flat(bf16.score(ITEMS)) == pytest.approx(reference, abs=0.05)  # bf16 rounding
     plain = PRMEngine.from_checkpoint(tiny_checkpoint, device="cpu", dtype="float32", cpu_kernels="torch")
     assert type(plain.model).__name__ == "LlamaForTokenClassification" and flat(plain.score(ITEMS)) == pytest.approx(reference, abs=1e-5)
+
+
+def test_bf16_on_a_cpu_without_onednn_bf16_runs_the_plain_forward_instead_of_failing(tiny_checkpoint, monkeypatch):
+    import prm_distill.serve.fused as fused_module
+
+    monkeypatch.setattr(fused_module, "cpu_has_onednn_bf16", lambda: False)  # an AVX2-only CPU (an EPYC Zen 3)
+    model, _, _ = load_checkpoint(tiny_checkpoint)
+    assert "without AVX512 BW/VL/DQ or AVX-NE-CONVERT" in fused_support(model.to(torch.bfloat16))
+    engine = PRMEngine.from_checkpoint(tiny_checkpoint, device="cpu", dtype="bfloat16", cpu_kernels="fused")
+    assert type(engine.model).__name__ == "LlamaForTokenClassification"
+    reference = flat(score_encoded(load_checkpoint(tiny_checkpoint)[0], [engine.encode(q, s) for q, s in ITEMS], engine.pad_id))
+    assert flat(engine.score(ITEMS)) == pytest.approx(reference, abs=0.05)  # bf16 rounding
 
 
 def test_qwen2_with_qkv_biases_matches_transformers_at_every_real_position():
