@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import types
 import typing
 import warnings
@@ -18,6 +19,17 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+
+
+class YAMLLoader(yaml.SafeLoader):
+    """safe_load with YAML 1.2's booleans: only true/false are bools, so `optim.mixed_precision=no`
+    (accelerate's spelling) stays the string "no" instead of becoming False."""
+
+
+YAMLLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+YAMLLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
 
 T = TypeVar("T")
 
@@ -138,7 +150,7 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
         if not all(parts):
             raise ConfigError(f"override {item!r}: empty key segment")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
+            value = yaml.load(raw, Loader=YAMLLoader) if raw.strip() else ""
         except yaml.YAMLError:
             value = raw
         _put(out, parts, value, f"override {item!r}")
@@ -178,7 +190,7 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
         if not p.is_file():
             raise ConfigError(f"config file not found: {p}")
         try:
-            loaded = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+            loaded = yaml.load(p.read_text(encoding="utf-8"), Loader=YAMLLoader) or {}
         except yaml.YAMLError as e:
             raise ConfigError(f"{p}: invalid YAML: {e}") from None
         if not isinstance(loaded, dict):

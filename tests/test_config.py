@@ -89,3 +89,16 @@ def test_add_flags_refuses_a_key_that_is_not_in_the_config():
         add_flags(argparse.ArgumentParser(), RolloutConfig, {"--nope": "policy.nope"})
     with pytest.raises(KeyError, match="k.x: k is not a section"):
         add_flags(argparse.ArgumentParser(), RolloutConfig, {"--x": "k.x"})
+
+
+def test_accelerates_no_stays_a_string_and_only_true_false_are_booleans(tmp_path):
+    from prm_distill.train import TrainJobConfig
+
+    cfg = load_config(TrainJobConfig, None, ["optim.mixed_precision=no", "lora.enabled=false"])
+    assert cfg.optim.mixed_precision == "no" and cfg.lora.enabled is False
+    f = tmp_path / "c.yaml"
+    f.write_text("optim:\n  mixed_precision: no\nlora:\n  enabled: True\n")
+    cfg = load_config(TrainJobConfig, f, [])
+    assert cfg.optim.mixed_precision == "no" and cfg.lora.enabled is True
+    with pytest.raises(ConfigError, match="lora.enabled: expected true or false, got 'yes'"):
+        load_config(TrainJobConfig, None, ["lora.enabled=yes"])

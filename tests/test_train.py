@@ -211,3 +211,18 @@ def test_train_prints_a_readable_line_per_log_step_and_keeps_the_json_in_a_file(
     logged = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
     assert [e["step"] for e in logged] == [2, 4] and all(set(e) == {"step", "loss", "lr", "tokens_per_s"} for e in logged)
     assert f"{logged[0]['loss']:.4f}" == lines[0].split()[3]  # the console line rounds the logged value
+
+
+def test_bf16_on_a_cpu_that_only_emulates_it_warns_and_auto_stays_fp32(monkeypatch, caplog):
+    import prm_distill.train.loop as loop
+
+    monkeypatch.setattr(loop.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(loop, "cpu_has_native_bf16", lambda: False)  # an AVX2-only EPYC
+    with caplog.at_level("WARNING", logger="prm_distill.train"):
+        assert loop._precision("auto") == "no" and not caplog.records
+        assert loop._precision("bf16") == "bf16"  # asked for: kept, but said
+    assert "bf16 is emulated here and far slower than fp32 (optim.mixed_precision=no)" in caplog.text
+    caplog.clear()
+    monkeypatch.setattr(loop, "cpu_has_native_bf16", lambda: True)
+    with caplog.at_level("WARNING", logger="prm_distill.train"):
+        assert loop._precision("bf16") == "bf16" and not caplog.records
