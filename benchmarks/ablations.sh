@@ -5,7 +5,8 @@
 # Usage: benchmarks/ablations.sh [names...]
 #   configs/recipe-cpu.yaml (default; GSM8K test only): both gsm8k prmbench layers24 layers30 pairwise mix
 #   CONFIG=configs/recipe-cpu-mix.yaml STOP=150 (GSM8K and MATH, TEST_LIMIT items each, all four dev splits):
-#     four (the recipe) no-prm800k no-math two (GSM8K + PRMBench only) neutral-half
+#     four (the recipe) no-prm800k no-math two (GSM8K + PRMBench only) neutral-half neutral-unsupervised
+#     (what a PRM800K rating 0 means in training: 0.5, or no label; the recipe's is good; dev stays the recipe's)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-.venv/bin}
@@ -42,10 +43,11 @@ for n in $names; do
     no-prm800k) run no-prm800k "data.train=[$G/train.jsonl,$P/train.jsonl,$M/train.jsonl]" "data.mix=[1,1,0.5]" ;;
     no-math) run no-math "data.train=[$G/train.jsonl,$P/train.jsonl,$H/train.jsonl]" "data.mix=[1,1,1.5]" ;;
     two) run two "data.train=[$G/train.jsonl,$P/train.jsonl]" "data.mix=[]" ;;
-    neutral-half) [ -f runs/data/prm800k-half/train.jsonl ] || $BIN/prm-distill data prm800k --input "$DATA/prm800k/phase1_train.parquet" \
-        --output runs/data/prm800k-half --neutral half --exclude "$DATA/processbench/gsm8k.json" --exclude "$DATA/processbench/math.json" \
+    neutral-half|neutral-unsupervised) neutral=${n#neutral-}
+      [ -f runs/data/prm800k-$neutral/train.jsonl ] || $BIN/prm-distill data prm800k --input "$DATA/prm800k/phase1_train.parquet" \
+        --output runs/data/prm800k-$neutral --neutral $neutral --exclude "$DATA/processbench/gsm8k.json" --exclude "$DATA/processbench/math.json" \
         --dev-with $P/dev.jsonl --train-with $P/train.jsonl
-      run neutral-half "data.train=[$G/train.jsonl,$P/train.jsonl,runs/data/prm800k-half/train.jsonl,$M/train.jsonl]" ;;
+      run $n "data.train=[$G/train.jsonl,$P/train.jsonl,runs/data/prm800k-$neutral/train.jsonl,$M/train.jsonl]" ;;
     *) echo "unknown ablation $n" >&2; exit 2 ;;
   esac
 done
