@@ -45,23 +45,41 @@ def _test_sample(records: list, limit: int | None, seed: int = 0) -> list:
     return [records[i] for i in keep]
 
 
+def _thresholds(engine: PRMEngine, dev: list, cap: float) -> tuple[dict[str, list[list[float]]], dict[str, float]]:
+    """Dev scores and the threshold of each variant (the one rule, `metrics.best_threshold`)."""
+    scores = _variants(engine, dev, cap)
+    return scores, {v: (0.5 if v == "verifier" else best_threshold(scores[v], [r.first_error for r in dev])) for v in VARIANTS}
+
+
 def evaluate_checkpoint(model: str, dev_files: list[str], tests: list[str], dev_limit: int | None, cap: float, device: str = "cpu",
-                        test_limit: int | None = None) -> dict:
+                        test_limit: int | None = None, other_devs: dict[str, list[str]] | None = None) -> dict:
+    """`other_devs` (name -> dev files): thresholds also chosen there, and the test scores read with them too
+    (the test items are scored once)."""
     engine = PRMEngine.from_checkpoint(model, device=device, verifier=False)
     t0 = time.time()
     dev = dev_sample(dev_files, "jsonl", dev_limit)  # the sample `prm-distill eval --dev` chooses on
-    dev_scores = _variants(engine, dev, cap)
-    thresholds = {v: (0.5 if v == "verifier" else best_threshold(dev_scores[v], [r.first_error for r in dev])) for v in VARIANTS}
+    dev_scores, thresholds = _thresholds(engine, dev, cap)
     tr = read_sidecar(model).training
     training = {"steps": tr.get("steps", tr.get("step")), "tokens_seen": tr.get("tokens_seen"), "train_wall_s": tr.get("train_wall_s")}
     out: dict = {"model": model, "training": training,
                  "thresholds": thresholds, "dev": {}, "test": {}, "n_dev": len(dev)}
     for v in VARIANTS:
         out["dev"][v] = report(dev_scores[v], [r.labels for r in dev], [r.first_error for r in dev], thresholds[v])
+    others: dict[str, dict] = {}
+    for name, files in (other_devs or {}).items():
+        odev = dev_sample(files, "jsonl", dev_limit)
+        oscores, othr = _thresholds(engine, odev, cap)
+        others[name] = {"dev_files": files, "n_dev": len(odev), "thresholds": othr, "test": {},
+                        "dev": {v: report(oscores[v], [r.labels for r in odev], [r.first_error for r in odev], othr[v]) for v in VARIANTS}}
     for path in tests:
         recs = _test_sample(load_records(path, "processbench"), test_limit)
         scores = _variants(engine, recs, cap)
-        out["test"][Path(path).stem] = {v: report(scores[v], [r.labels for r in recs], [r.first_error for r in recs], thresholds[v]) for v in VARIANTS}
+        labels, first = [r.labels for r in recs], [r.first_error for r in recs]
+        out["test"][Path(path).stem] = {v: report(scores[v], labels, first, thresholds[v]) for v in VARIANTS}
+        for o in others.values():
+            o["test"][Path(path).stem] = {v: report(scores[v], labels, first, o["thresholds"][v]) for v in VARIANTS}
+    if others:
+        out["other_devs"] = others
     out["eval_wall_s"] = round(time.time() - t0, 1)
     return out
 
@@ -69,11 +87,20 @@ def evaluate_checkpoint(model: str, dev_files: list[str], tests: list[str], dev_
 def table(res: dict) -> str:
     lines = [f"{'split':10}{'scores':10}{'F1':>8}{'acc_err':>9}{'acc_ok':>8}{'AUROC':>8}{'thresh':>8}"]
     for split, by_v in [("dev", res["dev"])] + list(res["test"].items()):
-        for v in VARIANTS:
-            r = by_v[v]
-            f = lambda x: "n/a" if x is None or x != x else f"{x:.3f}"  # noqa: E731
-            lines.append(f"{split:10}{v:10}{f(r['processbench_f1']):>8}{f(r['acc_erroneous']):>9}{f(r['acc_correct']):>8}{f(r['auroc']):>8}{f(r['threshold']):>8}")
+        lines += _rows(split, by_v)
+    for name, o in res.get("other_devs", {}).items():
+        lines.append(f"thresholds chosen on {name} ({o['n_dev']} dev records):")
+        for split, by_v in [("dev", o["dev"])] + list(o["test"].items()):
+            lines += _rows(split, by_v)
     return "\n".join(lines)
+
+
+def _rows(split: str, by_v: dict) -> list[str]:
+    def f(x: float | None) -> str:
+        return "n/a" if x is None or x != x else f"{x:.3f}"
+
+    return [f"{split:10}{v:10}{f(r['processbench_f1']):>8}{f(r['acc_erroneous']):>9}{f(r['acc_correct']):>8}{f(r['auroc']):>8}{f(r['threshold']):>8}"
+            for v, r in ((v, by_v[v]) for v in VARIANTS)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", required=True)
     p.add_argument("--dev", action="append", required=True, help="dev split of the training sources (thresholds are chosen here)")
     p.add_argument("--test", action="append", required=True, help="ProcessBench file (never used to choose anything)")
+    p.add_argument("--other-dev", action="append", default=[], metavar="NAME=FILE[,FILE]",
+                   help="also choose thresholds on these dev files and read the same test scores with them (e.g. prm800k=runs/data/prm800k/dev.jsonl)")
     p.add_argument("--dev-limit", type=int, default=DEV_LIMIT, help="score at most this many dev records (whole questions, seeded)")
     p.add_argument("--test-limit", type=int, default=None, help="score a seeded sample of this many items of each test file (default: all)")
     p.add_argument("--cap", type=float, default=None, help="verifier cap (default: the checkpoint's rule, else 0.1)")
@@ -91,7 +120,13 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     side = read_sidecar(a.model)
     cap = a.cap if a.cap is not None else (side.verifier or {}).get("cap", DEFAULT_CAP)
-    res = evaluate_checkpoint(a.model, a.dev, a.test, a.dev_limit, cap, a.device, a.test_limit)
+    other_devs = {}
+    for spec in a.other_dev:
+        name, sep, files = spec.partition("=")
+        if not sep or not name or not files:
+            p.error(f"--other-dev takes NAME=FILE[,FILE], got {spec!r}")
+        other_devs[name] = files.split(",")
+    res = evaluate_checkpoint(a.model, a.dev, a.test, a.dev_limit, cap, a.device, a.test_limit, other_devs)
     print(f"model {a.model}: {res['training']}  (dev {res['n_dev']} records, cap {cap}, eval {res['eval_wall_s']} s)")
     print(table(res), flush=True)
     if a.snapshots:

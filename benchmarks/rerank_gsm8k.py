@@ -9,6 +9,8 @@ Two stages, each resumable (rerun the same command to finish an interrupted run)
    OUTPUT/report.json (`best_of_n[agg][N]`) and OUTPUT/best_of_n.png.
 
     python benchmarks/rerank_gsm8k.py CHECKPOINT [--limit 50] [--k 8] [--output runs/bench-rerank-gsm8k]
+    # the aggregation chosen on 64 GSM8K train problems (sampled into OUTPUT/choose), then reported on the test ones:
+    python benchmarks/rerank_gsm8k.py CHECKPOINT --choose-on ../shared/data/gsm8k/train.jsonl --choose-limit 64 --n-grid every
 
 With a weak policy, majority vote is hard to beat and the gain may be small or negative: the script
 reports what it measures. Sampling is the slow part on a CPU: use vLLM where it is installed
@@ -27,7 +29,7 @@ from prm_distill.generate import PolicyConfig
 from prm_distill.rollout import RolloutConfig, run_rollout
 from prm_distill.select import RerankConfig, open_scorer, run_rerank
 from prm_distill.select.backend import close_scorer
-from prm_distill.select.rerank import format_table
+from prm_distill.select.rerank import choose_aggregation, format_table
 
 GSM8K_TEST = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "gsm8k" / "test.jsonl"
 
@@ -43,10 +45,13 @@ def main() -> int:
     p.add_argument("--policy", default="smollm2", help="policy to sample from (default: the embedded SmolLM2-135M-Instruct)")
     p.add_argument("--policy-backend", default="transformers", choices=("auto", "transformers", "vllm", "openai"))
     p.add_argument("--batch-size", type=int, default=16, help="transformers: sequences per generate call")
-    p.add_argument("--agg", default="min", help="aggregation of the written choice (the report covers all)")
+    p.add_argument("--agg", default="min", help="aggregation of the written choice (the report covers all; --choose-on replaces it)")
     p.add_argument("--device", default="cpu", help="device of the PRM and of the transformers policy")
     p.add_argument("--threads", type=int, help="torch threads (on a shared, busy CPU, 1 avoids threads spinning on taken cores)")
     p.add_argument("--rollouts", help="rerank this rollouts.jsonl (e.g. from `prm-distill rollout`) instead of sampling")
+    p.add_argument("--choose-on", help="choose the aggregation on these problems first (e.g. GSM8K train.jsonl), sampled the same way")
+    p.add_argument("--choose-limit", type=int, default=64, help="first N problems of --choose-on")
+    p.add_argument("--n-grid", default="doubling", choices=("doubling", "every"), help="N = 1, 2, 4, ... or every N up to k")
     p.add_argument("--output", default="runs/bench-rerank-gsm8k")
     args = p.parse_args()
     if args.threads:
@@ -55,36 +60,54 @@ def main() -> int:
         torch.set_num_threads(args.threads)
 
     out = Path(args.output)
-    t0 = time.perf_counter()
-    rollouts, generated = Path(args.rollouts) if args.rollouts else out / "rollouts" / "rollouts.jsonl", 0
-    if not args.rollouts:
-        policy = PolicyConfig(policy=args.policy, backend=args.policy_backend, device=args.device, batch_size=args.batch_size)
-        summary = run_rollout(RolloutConfig(problems=args.problems, output=str(out / "rollouts"), k=args.k, limit=args.limit,
-                                            temperature=args.temperature, max_new_tokens=args.max_new_tokens, policy=policy))
-        generated = summary["this_run"]["samples_generated"]
-    t_sample = time.perf_counter() - t0
+    chosen_on = None
+    if args.choose_on:  # the aggregation is chosen on other problems (e.g. GSM8K train), never on the test problems
+        rep_c, t_c, _ = sample_and_rerank(args, args.choose_on, args.choose_limit, out / "choose", None, "min")
+        args.agg = choose_aggregation(rep_c)
+        n_c = str(rep_c["n_values"][-1])
+        chosen_on = {"problems": args.choose_on, "limit": args.choose_limit, "agg": args.agg,
+                     "best_of_n_at_largest_n": {a: rep_c["best_of_n"][a][n_c] for a in rep_c["aggregations"]},
+                     "majority_vote_at_largest_n": rep_c["baselines"]["majority_vote"][n_c], "seconds": t_c}
+        print(f"aggregation chosen on {rep_c['problems']} problems of {args.choose_on}: {args.agg} "
+              f"(best-of-{n_c} {chosen_on['best_of_n_at_largest_n'][args.agg]:.3f} vs majority vote {chosen_on['majority_vote_at_largest_n']:.3f})")
+    rep, t, generated = sample_and_rerank(args, args.problems, args.limit, out, args.rollouts, args.agg)
 
-    t1 = time.perf_counter()
-    scorer = open_scorer(model=args.checkpoint, device=args.device)
-    try:
-        rep = run_rerank(scorer, rollouts, out / "ranked.jsonl", RerankConfig(agg=args.agg))
-    finally:
-        close_scorer(scorer)
-    t_rerank = time.perf_counter() - t1
-
-    print(f"{rep['problems']} problems from {rollouts}; PRM {args.checkpoint}")
+    print(f"{rep['problems']} problems from {args.problems}; PRM {args.checkpoint}")
     print(format_table(rep))
     top = rep["n_values"][-1] if rep["n_values"] else None
     if top is not None:
         gains = rep["gain_over_majority_at_largest_n"]
         print(f"gain over majority vote at N={top}: " + ", ".join(f"{a} {g:+.3f}" if g is not None else f"{a} n/a" for a, g in gains.items()))
-    print(f"sampling {t_sample:.1f}s (this run: {generated} samples), scoring and rerank {t_rerank:.1f}s")
+        if chosen_on:
+            g = gains[args.agg]
+            print(f"the chosen aggregation ({args.agg}): " + ("n/a" if g is None else f"{g:+.3f}"))
+    print(f"sampling {t['sample']:.1f}s (this run: {generated} samples), scoring and rerank {t['rerank']:.1f}s")
     bench = {"problems": rep["problems"], "k": args.k, "policy": args.policy, "checkpoint": args.checkpoint,
+             "agg": args.agg, "chosen_on": chosen_on, "n_values": rep["n_values"],
              "best_of_n": rep["best_of_n"], "baselines": rep["baselines"], "gain_over_majority": rep["gain_over_majority_at_largest_n"],
-             "sampling_s": round(t_sample, 1), "rerank_s": round(t_rerank, 1)}
+             "sampling_s": round(t["sample"], 1), "rerank_s": round(t["rerank"], 1), "samples_generated": generated}
     write_json(out / "bench.json", bench)
     print(f"report: {out / 'report.json'}, plot: {rep.get('plot', 'none')}")
     return 0
+
+
+def sample_and_rerank(args: argparse.Namespace, problems: str, limit: int, out: Path, rollouts_file: str | None,
+                      agg: str) -> tuple[dict, dict[str, float], int]:
+    """Sample `limit` problems (unless a rollouts file is given), then rerank them: (report, seconds, samples made)."""
+    t0 = time.perf_counter()
+    rollouts, generated = Path(rollouts_file) if rollouts_file else out / "rollouts" / "rollouts.jsonl", 0
+    if not rollouts_file:
+        policy = PolicyConfig(policy=args.policy, backend=args.policy_backend, device=args.device, batch_size=args.batch_size)
+        summary = run_rollout(RolloutConfig(problems=problems, output=str(out / "rollouts"), k=args.k, limit=limit,
+                                            temperature=args.temperature, max_new_tokens=args.max_new_tokens, policy=policy))
+        generated = summary["this_run"]["samples_generated"]
+    t1 = time.perf_counter()
+    scorer = open_scorer(model=args.checkpoint, device=args.device)
+    try:
+        rep = run_rerank(scorer, rollouts, out / "ranked.jsonl", RerankConfig(agg=agg, n_grid=args.n_grid))
+    finally:
+        close_scorer(scorer)
+    return rep, {"sample": t1 - t0, "rerank": time.perf_counter() - t1}, generated
 
 
 if __name__ == "__main__":

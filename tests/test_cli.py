@@ -73,6 +73,21 @@ def test_eval_dev_and_quality_py_choose_the_same_threshold_from_the_same_dev_fil
 
     assert build_parser().parse_args(["eval", "--model", "m", "--data", "d"]).dev_limit == DEV_LIMIT  # eval's default is quality.py's
 
+    # --other-dev: thresholds also chosen on other files, by the same rule as `eval --dev` on those files,
+    # and the one scoring of the test items read with them (the same files give the same report).
+    bench = tmp_path / "pb.json"
+    bench.write_text(json.dumps([
+        {"id": "a", "problem": "What is 2 + 3?", "steps": ["2 + 3 = 6.", "So 6."], "final_answer_correct": False, "label": 0},
+        {"id": "b", "problem": "What is 2 + 2?", "steps": ["2 + 2 = 4.", "So 4."], "final_answer_correct": True, "label": -1}]))
+    both = quality.evaluate_checkpoint(str(tiny_checkpoint), [str(synthetic_files["dev"])], [str(bench)], DEV_LIMIT, cap,
+                                       other_devs={"same": [str(synthetic_files["dev"])], "other": [str(synthetic_files["test"])]})
+    assert both["other_devs"]["same"]["thresholds"] == both["thresholds"] and both["other_devs"]["same"]["test"] == both["test"]
+    assert main(["eval", "--model", str(tiny_checkpoint), "--data", str(synthetic_files["test"]), "--dev", str(synthetic_files["test"]),
+                 "--output", str(out)]) == 0
+    assert json.loads(out.read_text())["threshold"] == both["other_devs"]["other"]["thresholds"]["composed"]
+    t = both["other_devs"]["other"]["thresholds"]["composed"]
+    assert both["other_devs"]["other"]["test"]["pb"]["composed"]["threshold"] == t
+
 
 def test_eval_on_processbench_format(tiny_checkpoint, tmp_path):
     items = [

@@ -1,7 +1,8 @@
 """Best-of-N reranking: per problem, the sample whose aggregated step scores are highest.
 
 With gold answers (or `outcome`), the report gives best-of-N accuracy for every aggregation next to
-three baselines, for N = 1, 2, 4, ... up to the largest group (and that size itself):
+three baselines, for N = 1, 2, 4, ... up to the largest group (and that size itself), or every N from 1
+(`n_grid="every"`):
 - majority vote: the most frequent final answer (equal answers by `answers.same_answer`); a tie
   counts the expected accuracy of picking one of the tied answers at random;
 - random: the expected accuracy of one sample picked at random (the mean correctness, exact);
@@ -30,6 +31,7 @@ from .inputs import Sample, group_by_question, read_samples
 from .plots import best_of_n_plot
 
 BASELINES = ("majority_vote", "random", "oracle")
+N_GRIDS = ("doubling", "every")
 SUBSAMPLING = "first N samples of each problem, in input order; problems with fewer than N samples are left out at N"
 
 
@@ -39,10 +41,13 @@ class RerankConfig:
 
     agg: str = field(default="min", metadata={"help": f"Aggregation that picks the written `chosen` sample ({'|'.join(AGGREGATIONS)}); the report covers all."})
     gamma: float = field(default=0.9, metadata={"help": "Discount of the `discounted` aggregation (weights gamma**i, normalised to sum to 1)."})
+    n_grid: str = field(default="doubling", metadata={"help": "The N of the report: `doubling` (1, 2, 4, ..., the largest group) or `every` (1, 2, 3, ...)."})
 
     def __post_init__(self) -> None:
         if self.agg not in AGGREGATIONS:
             raise ValueError(f"--agg must be one of {'|'.join(AGGREGATIONS)}, got {self.agg!r}")
+        if self.n_grid not in N_GRIDS:
+            raise ValueError(f"--n-grid must be one of {'|'.join(N_GRIDS)}, got {self.n_grid!r}")
         if not 0 < self.gamma <= 1:
             raise ValueError(f"--gamma must lie in (0, 1], got {self.gamma}")
 
@@ -67,8 +72,10 @@ def rank_group(key: str, samples: list[Sample], scores: list[list[float]], cfg: 
             "samples": rows}
 
 
-def n_values(largest: int) -> list[int]:
-    """1, 2, 4, ... up to `largest`, and `largest` itself."""
+def n_values(largest: int, grid: str = "doubling") -> list[int]:
+    """1, 2, 4, ... up to `largest`, and `largest` itself; `every`: 1, 2, ..., `largest`."""
+    if grid == "every":
+        return list(range(1, largest + 1))
     ns, n = [], 1
     while n <= largest:
         ns.append(n)
@@ -95,11 +102,11 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def best_of_n_report(rows: list[dict[str, Any]], aggregations: tuple[str, ...] = AGGREGATIONS) -> dict[str, Any]:
+def best_of_n_report(rows: list[dict[str, Any]], aggregations: tuple[str, ...] = AGGREGATIONS, grid: str = "doubling") -> dict[str, Any]:
     """best_of_n[agg][N] and the baselines, from the output rows alone (so a resumed run reports all)."""
     multi = [r for r in rows if r["n"] >= 2]
     scored = [r for r in multi if all(s["correct"] is not None for s in r["samples"])]
-    ns = n_values(max((r["n"] for r in multi), default=0))
+    ns = n_values(max((r["n"] for r in multi), default=0), grid)
     best: dict[str, dict[str, float | None]] = {agg: {} for agg in aggregations}
     base: dict[str, dict[str, float | None]] = {b: {} for b in BASELINES}
     at_n: dict[str, dict[str, int]] = {}
@@ -123,6 +130,18 @@ def best_of_n_report(rows: list[dict[str, Any]], aggregations: tuple[str, ...] =
     }
 
 
+def choose_aggregation(report: dict[str, Any]) -> str:
+    """The aggregation with the highest best-of-N accuracy at the report's largest N; a tie goes to the
+    one listed first in `report["aggregations"]`. Meant for a report on problems set aside for choosing
+    (e.g. GSM8K train), so that the test problems' report never picks its own winner."""
+    aggs = report["aggregations"]
+    top = str(report["n_values"][-1]) if report["n_values"] else None
+    accs = {agg: report["best_of_n"][agg].get(top) for agg in aggs} if top else {}
+    if not accs or all(v is None for v in accs.values()):
+        raise ValueError("choose_aggregation: the report has no best-of-N accuracy at its largest N (no answered problem with that many samples)")
+    return max((a for a in aggs if accs[a] is not None), key=lambda a: (accs[a], -aggs.index(a)))
+
+
 def format_table(report: dict[str, Any]) -> str:
     """Accuracy table: one row per aggregation and baseline, one column per N."""
     ns = [str(n) for n in report["n_values"]]
@@ -143,7 +162,8 @@ def run_rerank(scorer: StepScorer, input_path: str | Path, output: str | Path, c
     output = Path(output)
     samples, invalid = read_samples(input_path, splitter)
     groups = group_by_question(samples)
-    check_job(output.with_name(output.stem + ".job.json"), {"command": "rerank", "model": scorer.model_id, **asdict(cfg)})
+    picks = {k: v for k, v in asdict(cfg).items() if k != "n_grid"}  # the grid shapes the report only: a resume may change it
+    check_job(output.with_name(output.stem + ".job.json"), {"command": "rerank", "model": scorer.model_id, **picks})
     with AppendLog(output) as out:
         done = {r["group"] for r in out.rows}
         todo = [k for k in groups if k not in done]
@@ -152,7 +172,7 @@ def run_rerank(scorer: StepScorer, input_path: str | Path, output: str | Path, c
             scores = calibrated(scorer, [(s.question, s.steps) for s in group])
             out.append([rank_group(key, group, scores, cfg)])
         rows = [r for r in out.rows if r["group"] in groups]
-    report = best_of_n_report(rows)
+    report = best_of_n_report(rows, grid=cfg.n_grid)
     report.update(config=asdict(cfg), input=str(input_path), output=str(output), invalid_records=invalid,
                   this_run={"problems_scored": len(todo), "problems_already_done": len(groups) - len(todo)})
     if report["groups_with_answers"] and report["n_values"]:

@@ -10,7 +10,7 @@ import pytest
 from prm_distill import calibration, checkpoint
 from prm_distill.aggregate import AGGREGATIONS, aggregate
 from prm_distill.cli import main
-from prm_distill.select.rerank import best_of_n_report, n_values
+from prm_distill.select.rerank import best_of_n_report, choose_aggregation, n_values
 from prm_distill.steps import split_steps
 
 from .conftest import Q1, Q2, Q3, ROLLOUTS, read_jsonl, write_lines
@@ -24,6 +24,27 @@ def _row(question, samples):
 
 def test_n_values_are_powers_of_two_and_the_largest_size():
     assert n_values(1) == [1] and n_values(4) == [1, 2, 4] and n_values(6) == [1, 2, 4, 6] and n_values(0) == []
+    assert n_values(5, "every") == [1, 2, 3, 4, 5] and n_values(0, "every") == []
+
+
+def test_every_n_uses_the_first_n_samples_at_odd_n_too():
+    rows = [_row("A", [(0.2, 0, False), (0.9, 1, True), (0.5, 0, False), (0.3, 1, True)])]
+    rep = best_of_n_report(rows, aggregations=("min",), grid="every")
+    assert rep["n_values"] == [1, 2, 3, 4]
+    # N=3: samples 0.2 (wrong), 0.9 (right), 0.5 (wrong): min picks 0.9; answers 0, 1, 0: class 0 wins, wrong;
+    # one right of three; some sample right.
+    assert rep["best_of_n"]["min"]["3"] == 1.0 and rep["baselines"]["majority_vote"]["3"] == 0.0
+    assert rep["baselines"]["random"]["3"] == pytest.approx(1 / 3) and rep["baselines"]["oracle"]["3"] == 1.0
+
+
+def test_choose_aggregation_takes_the_best_at_the_largest_n_and_the_first_listed_on_ties():
+    report = {"aggregations": ["min", "prod", "last"], "n_values": [1, 2, 4], "groups_with_answers": 3,
+              "best_of_n": {"min": {"1": 0.9, "4": 0.5}, "prod": {"1": 0.1, "4": 0.7}, "last": {"1": 0.1, "4": 0.7}}}
+    assert choose_aggregation(report) == "prod"  # N=1's 0.9 for min does not count; prod and last tie at N=4
+    report["best_of_n"]["prod"]["4"] = None
+    assert choose_aggregation(report) == "last"
+    with pytest.raises(ValueError, match="no best-of-N accuracy"):
+        choose_aggregation({"aggregations": ["min"], "n_values": [], "groups_with_answers": 0, "best_of_n": {"min": {}}})
 
 
 def test_best_of_n_and_baselines_by_hand():
@@ -95,6 +116,13 @@ def test_rerank_cli_picks_by_calibrated_aggregate_and_reports(tiny_checkpoint, s
     assert (out.parent / "best_of_n.png").stat().st_size > 0
     assert "majority_vote" in printed.out and "N=4" in printed.out
 
+    # The same output reported on every N: a resume that scores nothing; N=3 is Q1's first three samples.
+    assert main(["rerank", "--model", str(model), "--input", str(rollouts), "--output", str(out), "--agg", "mean",
+                 "--device", "cpu", "--n-grid", "every"]) == 0
+    every = json.loads((out.parent / "report.json").read_text())
+    assert every["n_values"] == [1, 2, 3, 4] and every["this_run"]["problems_scored"] == 0
+    assert every["baselines"]["oracle"]["3"] == 1.0 and every["best_of_n"]["mean"]["4"] == rep["best_of_n"]["mean"]["4"]
+
 
 def test_rerank_without_answers_or_with_only_singletons_reports_nulls(tiny_checkpoint, tmp_path, capsys):
     blind = write_lines(tmp_path / "blind.jsonl", [{k: v for k, v in r.items() if k != "answer"} for r in ROLLOUTS])
@@ -114,3 +142,32 @@ def test_rerank_without_answers_or_with_only_singletons_reports_nulls(tiny_check
     before = out.read_text()
     assert main(["rerank", "--model", str(tiny_checkpoint), "--input", str(single), "--output", str(out), "--agg", "mean", "--device", "cpu"]) == 2
     assert "agg='min'" in capsys.readouterr().err and out.read_text() == before
+
+
+def test_rerank_benchmark_chooses_the_aggregation_on_other_problems_and_reports_the_test_ones_with_it(
+        tiny_backbone, tiny_checkpoint, tmp_path):
+    """benchmarks/rerank_gsm8k.py --choose-on: the choosing problems are sampled and reranked apart (OUTPUT/choose),
+    and the test problems are reranked with the aggregation they chose, on every N up to k."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    def problems(name, rows):
+        return write_lines(tmp_path / name, [{"question": q, "answer": f"#### {a}"} for q, a in rows])
+
+    train = problems("train.jsonl", [("What is 2 + 2?", 4), ("What is 3 + 5?", 8), ("What is 9 - 4?", 5)])
+    test = problems("test.jsonl", [("What is 1 + 6?", 7), ("What is 10 - 3?", 7)])
+    out = tmp_path / "bench"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "rerank_gsm8k.py"
+    run = subprocess.run([sys.executable, str(script), str(tiny_checkpoint), "--problems", str(test), "--limit", "2", "--k", "3",
+                          "--max-new-tokens", "6", "--policy", str(tiny_backbone), "--choose-on", str(train), "--choose-limit", "2",
+                          "--n-grid", "every", "--output", str(out)], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    chooser = json.loads((out / "choose" / "report.json").read_text())
+    bench = json.loads((out / "bench.json").read_text())
+    assert chooser["problems"] == 2 and [r["question"] for r in read_jsonl(out / "choose" / "ranked.jsonl")] == ["What is 2 + 2?", "What is 3 + 5?"]
+    assert [r["question"] for r in read_jsonl(out / "ranked.jsonl")] == ["What is 1 + 6?", "What is 10 - 3?"]
+    assert bench["chosen_on"]["agg"] == choose_aggregation(chooser) == bench["agg"]
+    assert all(r["agg"] == bench["agg"] for r in read_jsonl(out / "ranked.jsonl"))
+    assert bench["n_values"] == [1, 2, 3] and bench["samples_generated"] == 6
+    assert f"the chosen aggregation ({bench['agg']})" in run.stdout
