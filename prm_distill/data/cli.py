@@ -24,7 +24,8 @@ def _print(summary: dict, output: str) -> None:
 
 def _print_prm800k(summary: dict, output: str) -> None:
     print(f"{summary['rows']} rows ({summary['malformed_rows']} malformed, named in summary.json) -> {summary['records']} records "
-          f"over {summary['problems']} problems: {summary['first_error']} first-error, {summary['solutions']} all-correct; "
+          f"over {summary['problems']} problems: {summary['first_error']} first-error, {summary['solutions']} all-correct, "
+          f"{summary['alternatives']} alternatives; "
           f"skipped {summary['skipped']}")
     print(f"train {summary['train_records']}, dev {summary['dev_records']} ({summary['dev_questions']} problems) -> "
           f"{output}/train.jsonl, {output}/dev.jsonl, {output}/summary.json")

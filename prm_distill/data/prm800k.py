@@ -7,7 +7,11 @@ signal to ProcessBench's. Two kinds of record come out of it:
 
 - a *first-error* item: a row rated -1 whose earlier steps carry no -1 (steps = responses + [next], the
   last labelled 0; the earlier ones by their own rows' ratings);
-- an *all-correct* solution: a finished solution (`is_solution`) rated >= 0, with no -1 before it.
+- an *all-correct* solution: a finished solution (`is_solution`) rated >= 0, with no -1 before it;
+- with `alternatives_per_problem`, an *alternative*: a non-preferred candidate step rated 0 or 1 (no -1
+  before it), ending its item. Phase 1 rates ~16k such steps (all 10k of its rating-0 rows are among
+  them) that no other item reaches: prefixes follow the preferred path. They sit beside the first errors
+  that share their prefix: the same context, a right and a wrong next step.
 
 An earlier step's rating is looked up in its own row (same problem, same prefix): 1 is good, a human
 step is good, 0 goes by `neutral` (good, 0.5 or unsupervised), and a step no row rates is unsupervised.
@@ -41,12 +45,16 @@ class PRM800KConfig:
         "(no label). Chosen on the dev split (docs/data.md).")})
     negatives_per_problem: int = field(default=8, metadata={"help": (
         "At most this many first-error items per problem (distinct first-error positions first); 0 keeps all.")})
+    alternatives_per_problem: int = field(default=0, metadata={"help": (
+        "Also keep up to this many items per problem that end in a non-preferred step rated 0 or 1 (0: none, the recipe).")})
 
     def __post_init__(self) -> None:
         if self.neutral not in NEUTRAL:
             raise ValueError(f"neutral must be one of {', '.join(NEUTRAL)}, got {self.neutral!r}")
         if self.negatives_per_problem < 0:
             raise ValueError("negatives_per_problem must be >= 0 (0 keeps all)")
+        if self.alternatives_per_problem < 0:
+            raise ValueError("alternatives_per_problem must be >= 0 (0 keeps none)")
 
 
 def read_rows(path: str | Path, limit: int | None = None) -> list[dict[str, Any]]:
@@ -112,6 +120,7 @@ def build_from_prm800k(path: str | Path, out_dir: str | Path, build: BuildConfig
 
     negatives: dict[str, list[Trajectory]] = defaultdict(list)
     positives: list[Trajectory] = []
+    alternatives: dict[str, list[Trajectory]] = defaultdict(list)
     seen: set[tuple[str, tuple[str, ...]]] = set()
     for i, row in good:
         question = row["instruction"].strip()
@@ -119,8 +128,11 @@ def build_from_prm800k(path: str | Path, out_dir: str | Path, build: BuildConfig
         step = row["next_response"].strip()
         rating = rating_of[(question, tuple(prefix), step)]
         is_error = rating == -1.0
-        if not is_error and not (row.get("is_solution") and rating is not None and rating >= 0):
-            continue  # a good partial step: its label reaches training inside longer items
+        is_solution = bool(row.get("is_solution")) and rating is not None and rating >= 0
+        is_alternative = (cfg.alternatives_per_problem > 0 and not is_error and not is_solution and row.get("rating") is not None
+                          and row.get("is_preferred_response") is not True)
+        if not (is_error or is_solution or is_alternative):
+            continue  # a preferred partial step: its label reaches training inside longer items
         prior = [rating_of.get((question, tuple(prefix[:j]), prefix[j])) for j in range(len(prefix))]
         if any(r == -1.0 for r in prior):
             counts["after_an_earlier_error"] += 1
@@ -132,17 +144,19 @@ def build_from_prm800k(path: str | Path, out_dir: str | Path, build: BuildConfig
         if known and (question, tuple(steps)) in known:
             counts["in_another_source"] += 1
             continue
-        seen.add((question, tuple(steps)))
+        if not is_alternative:  # alternatives are checked against the rest after this loop: a solution or first error wins
+            seen.add((question, tuple(steps)))
         counts["unrated_earlier_steps"] += sum(r is None for r in prior)
         labels = [label(r) for r in prior] + [0.0 if is_error else label(rating)]
-        meta = {"source": "prm800k", "row": i, "kind": "first_error" if is_error else "solution"}
+        kind = "first_error" if is_error else "solution" if is_solution else "alternative"
+        meta = {"source": "prm800k", "row": i, "kind": kind}
         if is_error:
             meta["error_step"] = len(prefix)
         if row.get("answer") is not None:
             meta["answer"] = str(row["answer"])
-        t = Trajectory(id=f"prm800k-{i}", question=question, steps=steps, labels=labels, outcome=None if is_error else 1.0, metadata=meta)
-        (negatives[question] if is_error else positives).append(t)
-    kept_negatives = []
+        t = Trajectory(id=f"prm800k-{i}", question=question, steps=steps, labels=labels, outcome=1.0 if is_solution else None, metadata=meta)
+        (negatives[question] if is_error else positives if is_solution else alternatives[question]).append(t)
+    kept: list[Trajectory] = []
     rng = random.Random(build.seed)
     for question in sorted(negatives):
         items = negatives[question]
@@ -157,8 +171,19 @@ def build_from_prm800k(path: str | Path, out_dir: str | Path, build: BuildConfig
             items = [t for _, _, t in sorted(keyed, key=lambda x: x[:2])]
             counts["negatives_capped"] += max(0, len(items) - cfg.negatives_per_problem)
             items = items[: cfg.negatives_per_problem]
-        kept_negatives += items
-    records = sorted(positives + kept_negatives, key=lambda t: t.metadata["row"])
+        kept += items
+    for question in sorted(alternatives):
+        items = []
+        for t in alternatives[question]:
+            if (question, tuple(t.steps)) in seen:
+                counts["duplicates"] += 1
+            else:
+                seen.add((question, tuple(t.steps)))
+                items.append(t)
+        rng.shuffle(items)
+        counts["alternatives_capped"] += max(0, len(items) - cfg.alternatives_per_problem)
+        kept += items[: cfg.alternatives_per_problem]
+    records = sorted(positives + kept, key=lambda t: t.metadata["row"])
     records, excluded = drop_excluded(records, exclude or set())
     train, dev, sides = split_with_sides(records, build.dev_fraction, build.seed, dev_with or set(), train_with or set())
     for m in malformed[:20]:
@@ -180,6 +205,7 @@ def build_from_prm800k(path: str | Path, out_dir: str | Path, build: BuildConfig
         "records": len(records),
         "first_error": sum(r.metadata["kind"] == "first_error" for r in records),
         "solutions": sum(r.metadata["kind"] == "solution" for r in records),
+        "alternatives": sum(r.metadata["kind"] == "alternative" for r in records),
         "excluded_problems": excluded,
         "skipped": dict(counts),
         "labels": dict(label_counts),
@@ -188,7 +214,8 @@ def build_from_prm800k(path: str | Path, out_dir: str | Path, build: BuildConfig
         "dev_records": len(dev),
         "dev_questions": len({r.question for r in dev}),
         "sides_from_other_sources": sides,
-        "config": {"neutral": cfg.neutral, "negatives_per_problem": cfg.negatives_per_problem, "seed": build.seed,
+        "config": {"neutral": cfg.neutral, "negatives_per_problem": cfg.negatives_per_problem,
+                   "alternatives_per_problem": cfg.alternatives_per_problem, "seed": build.seed,
                    "dev_fraction": build.dev_fraction, "limit": build.limit},
     }
     write_json(out / "summary.json", summary)

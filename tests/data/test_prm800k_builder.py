@@ -35,11 +35,11 @@ ROWS = [
 ]
 
 
-def write_parquet(path, rows=ROWS, drop: str | None = None):
+def write_parquet(path, rows=ROWS, drop: str | None = None, preferred: frozenset[int] = frozenset()):
     cols = {
         "instruction": [r[0] for r in rows], "responses": [r[1] for r in rows], "next_response": [r[2] for r in rows],
         "answer": [None] * len(rows), "is_human_response": [r[4] for r in rows], "is_solution": [r[5] for r in rows],
-        "is_preferred_response": [False] * len(rows), "rating": [r[3] for r in rows], "error_reason": [None] * len(rows),
+        "is_preferred_response": [i in preferred for i in range(len(rows))], "rating": [r[3] for r in rows], "error_reason": [None] * len(rows),
     }
     cols["responses"] = pa.array(cols["responses"], type=pa.list_(pa.string()))
     if drop:
@@ -48,8 +48,8 @@ def write_parquet(path, rows=ROWS, drop: str | None = None):
     return path
 
 
-def build(tmp_path, *extra: str, rows=ROWS):
-    src = write_parquet(tmp_path / "p.parquet", rows)
+def build(tmp_path, *extra: str, rows=ROWS, preferred: frozenset[int] = frozenset()):
+    src = write_parquet(tmp_path / "p.parquet", rows, preferred=preferred)
     out = tmp_path / "out"
     assert main(["data", "prm800k", "--input", str(src), "--output", str(out), "--dev-fraction", "0", *extra]) == 0
     summary = json.loads((out / "summary.json").read_text())
@@ -75,6 +75,28 @@ def test_what_a_neutral_rating_means_is_an_option(tmp_path, neutral, want):
     recs, _, _ = build(tmp_path, "--neutral", neutral)
     assert recs["prm800k-3"].labels == [1.0, want, 1.0]
     assert recs["prm800k-5"].labels == [1.0, want, 0.0]
+
+
+def test_rated_alternatives_off_the_preferred_path_become_items_of_their_own_when_asked(tmp_path):
+    # Rows 0 and 14 on the preferred path: the one alternative left is row 2 (rated 0), after row 0's step.
+    recs, summary, _ = build(tmp_path, "--alternatives-per-problem", "8", preferred=frozenset({0, 14}))
+    alt = recs["prm800k-2"]
+    assert alt.steps == [ADD, "1+1=2."] and alt.labels == [1.0, 1.0] and alt.outcome is None and alt.metadata["kind"] == "alternative"
+    assert summary["alternatives"] == 1 and summary["records"] == 9  # the 8 items of the first test, and this one
+    half, _, _ = build(tmp_path, "--alternatives-per-problem", "8", "--neutral", "half", preferred=frozenset({0, 14}))
+    assert half["prm800k-2"].labels == [1.0, 0.5]
+    # Nothing preferred: rows 0, 2 (A) and 14 (C) are alternatives; the human step (9) and the unrated one (11) are not.
+    every, _, _ = build(tmp_path, "--alternatives-per-problem", "8")
+    assert {i: r.labels for i, r in every.items() if r.metadata["kind"] == "alternative"} == {
+        "prm800k-0": [1.0], "prm800k-2": [1.0, 1.0], "prm800k-14": [1.0]}
+    # An alternative with the same steps as a solution (an earlier row) gives way to the solution.
+    twin, twins, _ = build(tmp_path, "--alternatives-per-problem", "8", rows=[
+        (A, [], ADD, 1.0, False, False), (A, [ADD], "1+1=2.", 1.0, False, False), (A, [ADD], "1+1=2.", 1.0, False, True)])
+    assert sorted(twin) == ["prm800k-0", "prm800k-2"] and twin["prm800k-2"].metadata["kind"] == "solution"
+    assert twins["skipped"]["duplicates"] == 1
+    one, capped, _ = build(tmp_path, "--alternatives-per-problem", "1")
+    assert sorted(r.question for r in one.values() if r.metadata["kind"] == "alternative") == [A, C]
+    assert capped["skipped"]["alternatives_capped"] == 1
 
 
 def test_the_cap_keeps_distinct_first_error_positions_first(tmp_path):
