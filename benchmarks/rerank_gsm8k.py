@@ -9,7 +9,8 @@ Two stages, each resumable (rerun the same command to finish an interrupted run)
    OUTPUT/report.json (`best_of_n[agg][N]`) and OUTPUT/best_of_n.png.
 
     python benchmarks/rerank_gsm8k.py CHECKPOINT [--limit 50] [--k 8] [--output runs/bench-rerank-gsm8k]
-    # the aggregation chosen on 64 GSM8K train problems (sampled into OUTPUT/choose), then reported on the test ones:
+    # the method (an aggregation's best-of-N, or vote:AGG, the PRM-weighted vote) chosen on 64 GSM8K train problems
+    # (sampled into OUTPUT/choose), then reported on the test ones:
     python benchmarks/rerank_gsm8k.py CHECKPOINT --choose-on ../shared/data/gsm8k/train.jsonl --choose-limit 64 --n-grid every
 
 With a weak policy, majority vote is hard to beat and the gain may be small or negative: the script
@@ -29,7 +30,7 @@ from prm_distill.generate import PolicyConfig
 from prm_distill.rollout import RolloutConfig, run_rollout
 from prm_distill.select import RerankConfig, open_scorer, run_rerank
 from prm_distill.select.backend import close_scorer
-from prm_distill.select.rerank import choose_aggregation, format_table
+from prm_distill.select.rerank import choose_aggregation, format_table, method_accuracy
 
 GSM8K_TEST = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "gsm8k" / "test.jsonl"
 
@@ -66,10 +67,10 @@ def main() -> int:
         args.agg = choose_aggregation(rep_c)
         n_c = str(rep_c["n_values"][-1])
         chosen_on = {"problems": args.choose_on, "limit": args.choose_limit, "agg": args.agg,
-                     "best_of_n_at_largest_n": {a: rep_c["best_of_n"][a][n_c] for a in rep_c["aggregations"]},
+                     "at_largest_n": {m: method_accuracy(rep_c, m)[n_c] for m in rep_c["gain_over_majority_at_largest_n"]},
                      "majority_vote_at_largest_n": rep_c["baselines"]["majority_vote"][n_c], "seconds": t_c}
         print(f"aggregation chosen on {rep_c['problems']} problems of {args.choose_on}: {args.agg} "
-              f"(best-of-{n_c} {chosen_on['best_of_n_at_largest_n'][args.agg]:.3f} vs majority vote {chosen_on['majority_vote_at_largest_n']:.3f})")
+              f"(at N={n_c} {chosen_on['at_largest_n'][args.agg]:.3f} vs majority vote {chosen_on['majority_vote_at_largest_n']:.3f})")
     rep, t, generated = sample_and_rerank(args, args.problems, args.limit, out, args.rollouts, args.agg)
 
     print(f"{rep['problems']} problems from {args.problems}; PRM {args.checkpoint}")
@@ -84,7 +85,8 @@ def main() -> int:
     print(f"sampling {t['sample']:.1f}s (this run: {generated} samples), scoring and rerank {t['rerank']:.1f}s")
     bench = {"problems": rep["problems"], "k": args.k, "policy": args.policy, "checkpoint": args.checkpoint,
              "agg": args.agg, "chosen_on": chosen_on, "n_values": rep["n_values"],
-             "best_of_n": rep["best_of_n"], "baselines": rep["baselines"], "gain_over_majority": rep["gain_over_majority_at_largest_n"],
+             "best_of_n": rep["best_of_n"], "weighted_vote": rep["weighted_vote"], "baselines": rep["baselines"],
+             "gain_over_majority": rep["gain_over_majority_at_largest_n"],
              "sampling_s": round(t["sample"], 1), "rerank_s": round(t["rerank"], 1), "samples_generated": generated}
     write_json(out / "bench.json", bench)
     print(f"report: {out / 'report.json'}, plot: {rep.get('plot', 'none')}")
@@ -104,7 +106,8 @@ def sample_and_rerank(args: argparse.Namespace, problems: str, limit: int, out: 
     t1 = time.perf_counter()
     scorer = open_scorer(model=args.checkpoint, device=args.device)
     try:
-        rep = run_rerank(scorer, rollouts, out / "ranked.jsonl", RerankConfig(agg=agg, n_grid=args.n_grid))
+        # a weighted vote (vote:AGG) writes as `chosen` the sample AGG ranks first; the report has both
+        rep = run_rerank(scorer, rollouts, out / "ranked.jsonl", RerankConfig(agg=agg.removeprefix("vote:"), n_grid=args.n_grid))
     finally:
         close_scorer(scorer)
     return rep, {"sample": t1 - t0, "rerank": time.perf_counter() - t1}, generated

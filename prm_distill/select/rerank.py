@@ -7,6 +7,8 @@ three baselines, for N = 1, 2, 4, ... up to the largest group (and that size its
   counts the expected accuracy of picking one of the tied answers at random;
 - random: the expected accuracy of one sample picked at random (the mean correctness, exact);
 - oracle (pass@N): some sample among the N is right.
+Beside best-of-N, `weighted_vote[agg][N]`: the answer whose samples' aggregated scores sum highest
+(majority vote with each vote weighted by the PRM), ties counted as in majority vote.
 Subsampling is deterministic: at N, each problem's first N samples in input order; a problem with
 fewer than N samples does not count at that N. A problem with one sample has no best-of-N: it is
 reported (its question) and left out of the curves; its only sample is still written as chosen.
@@ -98,6 +100,21 @@ def _majority(samples: list[dict[str, Any]]) -> float:
     return sum(right[c] for c in tied) / len(tied)
 
 
+def _weighted_vote(samples: list[dict[str, Any]], agg: str) -> float:
+    """Expected correctness of the answer with the highest summed `agg` score (ties at random); no answer is wrong."""
+    weight: dict[int, float] = {}
+    right: dict[int, bool] = {}
+    for s in samples:
+        if s["answer_class"] is not None:
+            weight[s["answer_class"]] = weight.get(s["answer_class"], 0.0) + s["scores"][agg]
+            right[s["answer_class"]] = bool(s["correct"])
+    if not weight:
+        return 0.0
+    top = max(weight.values())
+    tied = [c for c, w in weight.items() if w == top]
+    return sum(right[c] for c in tied) / len(tied)
+
+
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
@@ -108,6 +125,7 @@ def best_of_n_report(rows: list[dict[str, Any]], aggregations: tuple[str, ...] =
     scored = [r for r in multi if all(s["correct"] is not None for s in r["samples"])]
     ns = n_values(max((r["n"] for r in multi), default=0), grid)
     best: dict[str, dict[str, float | None]] = {agg: {} for agg in aggregations}
+    voted: dict[str, dict[str, float | None]] = {agg: {} for agg in aggregations}
     base: dict[str, dict[str, float | None]] = {b: {} for b in BASELINES}
     at_n: dict[str, dict[str, int]] = {}
     for n in ns:
@@ -115,39 +133,47 @@ def best_of_n_report(rows: list[dict[str, Any]], aggregations: tuple[str, ...] =
         at_n[str(n)] = {"problems": sum(r["n"] >= n for r in multi), "with_answers": len(groups)}
         for agg in aggregations:
             best[agg][str(n)] = _mean([float(bool(g[_best([s["scores"][agg] for s in g])]["correct"])) for g in groups])
+            voted[agg][str(n)] = _mean([_weighted_vote(g, agg) for g in groups])
         base["majority_vote"][str(n)] = _mean([_majority(g) for g in groups])
         base["random"][str(n)] = _mean([sum(bool(s["correct"]) for s in g) / len(g) for g in groups])
         base["oracle"][str(n)] = _mean([float(any(s["correct"] for s in g)) for g in groups])
     gain: dict[str, float | None] = {}
-    for agg in aggregations:
-        mine, vote = (best[agg][str(ns[-1])], base["majority_vote"][str(ns[-1])]) if ns else (None, None)
-        gain[agg] = None if mine is None or vote is None else mine - vote
+    for method, values in [*best.items(), *((f"vote:{agg}", v) for agg, v in voted.items())]:
+        mine, vote = (values[str(ns[-1])], base["majority_vote"][str(ns[-1])]) if ns else (None, None)
+        gain[method] = None if mine is None or vote is None else mine - vote
     return {
         "aggregations": list(aggregations), "problems": len(rows), "groups_with_answers": len(scored),
         "singleton_problems": [r["question"] for r in rows if r["n"] < 2], "subsampling": SUBSAMPLING,
-        "n_values": ns, "problems_at_n": at_n, "best_of_n": best, "baselines": base,
+        "n_values": ns, "problems_at_n": at_n, "best_of_n": best, "weighted_vote": voted, "baselines": base,
         "gain_over_majority_at_largest_n": gain,
     }
 
 
+def method_accuracy(report: dict[str, Any], method: str) -> dict[str, float | None]:
+    """Accuracy by N of a method: an aggregation's best-of-N, or `vote:<agg>` (PRM-weighted vote)."""
+    return report["weighted_vote"][method[5:]] if method.startswith("vote:") else report["best_of_n"][method]
+
+
 def choose_aggregation(report: dict[str, Any]) -> str:
-    """The aggregation with the highest best-of-N accuracy at the report's largest N; a tie goes to the
-    one listed first in `report["aggregations"]`. Meant for a report on problems set aside for choosing
-    (e.g. GSM8K train), so that the test problems' report never picks its own winner."""
-    aggs = report["aggregations"]
+    """The method with the highest accuracy at the report's largest N: an aggregation's best-of-N, or
+    `vote:<agg>` (the weighted vote); a tie goes to the one listed first (best-of-N in `aggregations`
+    order, then the votes). Meant for a report on problems set aside for choosing (e.g. GSM8K train), so
+    that the test problems' report never picks its own winner."""
+    methods = [*report["aggregations"], *(f"vote:{a}" for a in report["aggregations"])]
     top = str(report["n_values"][-1]) if report["n_values"] else None
-    accs = {agg: report["best_of_n"][agg].get(top) for agg in aggs} if top else {}
+    accs = {m: method_accuracy(report, m).get(top) for m in methods} if top else {}
     if not accs or all(v is None for v in accs.values()):
         raise ValueError("choose_aggregation: the report has no best-of-N accuracy at its largest N (no answered problem with that many samples)")
-    return max((a for a in aggs if accs[a] is not None), key=lambda a: (accs[a], -aggs.index(a)))
+    return max((m for m in methods if accs[m] is not None), key=lambda m: (accs[m], -methods.index(m)))
 
 
 def format_table(report: dict[str, Any]) -> str:
     """Accuracy table: one row per aggregation and baseline, one column per N."""
     ns = [str(n) for n in report["n_values"]]
-    width = max(len(name) for name in [*report["aggregations"], *BASELINES]) + 2
+    width = max(len(name) for name in [*report["aggregations"], *BASELINES]) + 7
     lines = ["method".ljust(width) + "".join(f"N={n}".rjust(8) for n in ns)]
-    rows = [(agg, report["best_of_n"][agg]) for agg in report["aggregations"]] + list(report["baselines"].items())
+    rows = ([(agg, report["best_of_n"][agg]) for agg in report["aggregations"]]
+            + [(f"vote:{agg}", report["weighted_vote"][agg]) for agg in report["aggregations"]] + list(report["baselines"].items()))
     for name, values in rows:
         lines.append(name.ljust(width) + "".join(("n/a" if values[n] is None else f"{values[n]:.3f}").rjust(8) for n in ns))
     lines.append("problems".ljust(width) + "".join(str(report["problems_at_n"][n]["with_answers"]).rjust(8) for n in ns))

@@ -34,17 +34,21 @@ def test_every_n_uses_the_first_n_samples_at_odd_n_too():
     # N=3: samples 0.2 (wrong), 0.9 (right), 0.5 (wrong): min picks 0.9; answers 0, 1, 0: class 0 wins, wrong;
     # one right of three; some sample right.
     assert rep["best_of_n"]["min"]["3"] == 1.0 and rep["baselines"]["majority_vote"]["3"] == 0.0
+    assert rep["weighted_vote"]["min"]["3"] == 1.0  # class 1's 0.9 outweighs class 0's 0.2 + 0.5: two votes lose to one
     assert rep["baselines"]["random"]["3"] == pytest.approx(1 / 3) and rep["baselines"]["oracle"]["3"] == 1.0
 
 
 def test_choose_aggregation_takes_the_best_at_the_largest_n_and_the_first_listed_on_ties():
     report = {"aggregations": ["min", "prod", "last"], "n_values": [1, 2, 4], "groups_with_answers": 3,
-              "best_of_n": {"min": {"1": 0.9, "4": 0.5}, "prod": {"1": 0.1, "4": 0.7}, "last": {"1": 0.1, "4": 0.7}}}
-    assert choose_aggregation(report) == "prod"  # N=1's 0.9 for min does not count; prod and last tie at N=4
+              "best_of_n": {"min": {"1": 0.9, "4": 0.5}, "prod": {"1": 0.1, "4": 0.7}, "last": {"1": 0.1, "4": 0.7}},
+              "weighted_vote": {"min": {"4": 0.7}, "prod": {"4": 0.6}, "last": {"4": 0.2}}}
+    assert choose_aggregation(report) == "prod"  # N=1's 0.9 for min does not count; prod, last and vote:min tie at N=4
     report["best_of_n"]["prod"]["4"] = None
     assert choose_aggregation(report) == "last"
+    report["weighted_vote"]["last"]["4"] = 0.8
+    assert choose_aggregation(report) == "vote:last"
     with pytest.raises(ValueError, match="no best-of-N accuracy"):
-        choose_aggregation({"aggregations": ["min"], "n_values": [], "groups_with_answers": 0, "best_of_n": {"min": {}}})
+        choose_aggregation({"aggregations": ["min"], "n_values": [], "groups_with_answers": 0, "best_of_n": {"min": {}}, "weighted_vote": {"min": {}}})
 
 
 def test_best_of_n_and_baselines_by_hand():
@@ -66,7 +70,10 @@ def test_best_of_n_and_baselines_by_hand():
     assert rep["baselines"]["oracle"] == pytest.approx({"1": 0.5, "2": 1.0, "4": 1.0})
     assert rep["problems_at_n"] == {"1": {"problems": 3, "with_answers": 2}, "2": {"problems": 3, "with_answers": 2},
                                     "4": {"problems": 2, "with_answers": 1}}
-    assert rep["gain_over_majority_at_largest_n"] == {"min": pytest.approx(0.5)}
+    # Weighted vote (each answer's summed min scores). N=1: as best-of-1. N=2: A's class 1 (0.9 > 0.2, right),
+    # B's only answered class (right). N=4 (A): class 1 sums 0.9 + 0.3 = 1.2 > class 0's 0.2 + 0.5 (right).
+    assert rep["weighted_vote"]["min"] == pytest.approx({"1": 0.5, "2": 1.0, "4": 1.0})
+    assert rep["gain_over_majority_at_largest_n"] == {"min": pytest.approx(0.5), "vote:min": pytest.approx(0.5)}
 
 
 def test_ties_pick_the_first_sample_and_no_answers_give_null_accuracies():
@@ -168,6 +175,6 @@ def test_rerank_benchmark_chooses_the_aggregation_on_other_problems_and_reports_
     assert chooser["problems"] == 2 and [r["question"] for r in read_jsonl(out / "choose" / "ranked.jsonl")] == ["What is 2 + 2?", "What is 3 + 5?"]
     assert [r["question"] for r in read_jsonl(out / "ranked.jsonl")] == ["What is 1 + 6?", "What is 10 - 3?"]
     assert bench["chosen_on"]["agg"] == choose_aggregation(chooser) == bench["agg"]
-    assert all(r["agg"] == bench["agg"] for r in read_jsonl(out / "ranked.jsonl"))
+    assert all(r["agg"] == bench["agg"].removeprefix("vote:") for r in read_jsonl(out / "ranked.jsonl"))
     assert bench["n_values"] == [1, 2, 3] and bench["samples_generated"] == 6
     assert f"the chosen aggregation ({bench['agg']})" in run.stdout
