@@ -100,7 +100,7 @@ def _rows(split: str, by_v: dict) -> list[str]:
         return "n/a" if x is None or x != x else f"{x:.3f}"
 
     return [f"{split:10}{v:10}{f(r['processbench_f1']):>8}{f(r['acc_erroneous']):>9}{f(r['acc_correct']):>8}{f(r['auroc']):>8}{f(r['threshold']):>8}"
-            for v, r in ((v, by_v[v]) for v in VARIANTS)]
+            for v, r in by_v.items()]
 
 
 def main(argv: list[str] | None = None) -> int:

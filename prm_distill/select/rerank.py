@@ -85,28 +85,14 @@ def n_values(largest: int, grid: str = "doubling") -> list[int]:
     return ns + ([largest] if largest >= 1 and ns[-1] != largest else [])
 
 
-def _majority(samples: list[dict[str, Any]]) -> float:
-    """Expected correctness of a majority vote (ties broken at random); no answer at all is wrong."""
-    counts: dict[int, int] = {}
-    right: dict[int, bool] = {}
-    for s in samples:
-        if s["answer_class"] is not None:
-            counts[s["answer_class"]] = counts.get(s["answer_class"], 0) + 1
-            right[s["answer_class"]] = bool(s["correct"])
-    if not counts:
-        return 0.0
-    top = max(counts.values())
-    tied = [c for c, k in counts.items() if k == top]
-    return sum(right[c] for c in tied) / len(tied)
-
-
-def _weighted_vote(samples: list[dict[str, Any]], agg: str) -> float:
-    """Expected correctness of the answer with the highest summed `agg` score (ties at random); no answer is wrong."""
+def _vote(samples: list[dict[str, Any]], agg: str | None = None) -> float:
+    """Expected correctness of the answer with the most votes, each vote weighted by the sample's `agg`
+    score (majority vote: weight 1); ties at random; no answer at all is wrong."""
     weight: dict[int, float] = {}
     right: dict[int, bool] = {}
     for s in samples:
         if s["answer_class"] is not None:
-            weight[s["answer_class"]] = weight.get(s["answer_class"], 0.0) + s["scores"][agg]
+            weight[s["answer_class"]] = weight.get(s["answer_class"], 0.0) + (1.0 if agg is None else s["scores"][agg])
             right[s["answer_class"]] = bool(s["correct"])
     if not weight:
         return 0.0
@@ -133,8 +119,8 @@ def best_of_n_report(rows: list[dict[str, Any]], aggregations: tuple[str, ...] =
         at_n[str(n)] = {"problems": sum(r["n"] >= n for r in multi), "with_answers": len(groups)}
         for agg in aggregations:
             best[agg][str(n)] = _mean([float(bool(g[_best([s["scores"][agg] for s in g])]["correct"])) for g in groups])
-            voted[agg][str(n)] = _mean([_weighted_vote(g, agg) for g in groups])
-        base["majority_vote"][str(n)] = _mean([_majority(g) for g in groups])
+            voted[agg][str(n)] = _mean([_vote(g, agg) for g in groups])
+        base["majority_vote"][str(n)] = _mean([_vote(g) for g in groups])
         base["random"][str(n)] = _mean([sum(bool(s["correct"]) for s in g) / len(g) for g in groups])
         base["oracle"][str(n)] = _mean([float(any(s["correct"] for s in g)) for g in groups])
     gain: dict[str, float | None] = {}
