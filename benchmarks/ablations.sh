@@ -3,10 +3,14 @@
 # at STOP steps (optim.stop_at_step), then is scored on ProcessBench (thresholds from the dev split of the
 # training sources). Needs the data of benchmarks/quality.sh.
 # Usage: benchmarks/ablations.sh [names...]
+#   EXTRA="optim.seed=1" adds train overrides to every run; QUALITY_ARGS adds benchmarks/quality.py options
+#   (e.g. "--other-dev prm800k=runs/data/prm800k/dev.jsonl": thresholds and AUROC on PRM800K's human-labelled dev too)
 #   configs/recipe-cpu.yaml (default; GSM8K test only): both gsm8k prmbench layers24 layers30 pairwise mix
 #   CONFIG=configs/recipe-cpu-mix.yaml STOP=150 (GSM8K and MATH, TEST_LIMIT items each, all four dev splits):
 #     four (the recipe) no-prm800k no-math two (GSM8K + PRMBench only) neutral-half neutral-unsupervised
 #     (what a PRM800K rating 0 means in training: 0.5, or no label; the recipe's is good; dev stays the recipe's)
+#     alternatives (PRM800K's train file plus up to 8 non-preferred rated steps per problem as items of their own,
+#     --alternatives-per-problem 8; those of problems in any dev split are dropped, so dev stays the recipe's)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-.venv/bin}
@@ -25,8 +29,8 @@ run() {  # name, overrides...
   local name=$1; shift
   local out="$ROOT/$name"
   [ -f "$out/prm_distill.json" ] || $BIN/prm-distill train --config "$CONFIG" optim.output_dir="$out" \
-      optim.stop_at_step="$STOP" optim.snapshot_steps=0 optim.max_minutes=null "$@"
-  $BIN/python benchmarks/quality.py --model "$out" $DEVS $TESTS --output "$out/quality.json" | tail -n 12
+      optim.stop_at_step="$STOP" optim.snapshot_steps=0 optim.max_minutes=null ${EXTRA:-} "$@"
+  $BIN/python benchmarks/quality.py --model "$out" $DEVS $TESTS ${QUALITY_ARGS:-} --output "$out/quality.json" | tail -n 12
 }
 names=${*:-both gsm8k prmbench layers24 layers30 pairwise mix}
 for n in $names; do
@@ -48,6 +52,24 @@ for n in $names; do
         --output runs/data/prm800k-$neutral --neutral $neutral --exclude "$DATA/processbench/gsm8k.json" --exclude "$DATA/processbench/math.json" \
         --dev-with $P/dev.jsonl --train-with $P/train.jsonl
       run $n "data.train=[$G/train.jsonl,$P/train.jsonl,runs/data/prm800k-$neutral/train.jsonl,$M/train.jsonl]" ;;
+    alternatives) A=runs/data/prm800k-alt8
+      [ -f $A/train.jsonl ] || $BIN/prm-distill data prm800k --input "$DATA/prm800k/phase1_train.parquet" --output $A \
+        --alternatives-per-problem 8 --exclude "$DATA/processbench/gsm8k.json" --exclude "$DATA/processbench/math.json" \
+        --dev-with $P/dev.jsonl --train-with $P/train.jsonl
+      # the builder's split is drawn over its own problems, so this build's dev differs from the recipe's: keep the
+      # recipe's train file and add the alternatives of problems that no dev split holds
+      [ -f $A/train-recipe-split.jsonl ] || $BIN/python - "$A" $G $P $H $M <<'PY'
+import json, sys
+out, *sources = sys.argv[1:]
+held = {json.loads(line)["question"] for s in sources for line in open(f"{s}/dev.jsonl")}
+rows = [json.loads(line) for f in ("train", "dev") for line in open(f"{out}/{f}.jsonl")]
+alts = [r for r in rows if r["metadata"]["kind"] == "alternative" and r["question"] not in held]
+with open(f"{out}/train-recipe-split.jsonl", "w") as f:
+    f.writelines(open(f"{sources[2]}/train.jsonl"))
+    f.writelines(json.dumps(r) + "\n" for r in alts)
+print(f"{len(alts)} alternatives outside every dev split added to {sources[2]}/train.jsonl")
+PY
+      run alternatives "data.train=[$G/train.jsonl,$P/train.jsonl,$A/train-recipe-split.jsonl,$M/train.jsonl]" ;;
     *) echo "unknown ablation $n" >&2; exit 2 ;;
   esac
 done
