@@ -76,11 +76,15 @@ class AppendLog:
         kept = [r for r in self.rows if wanted(r)]
         removed = len(self.rows) - len(kept)
         if removed:
-            self._f.close()
-            write_rows(self.path, kept)
-            self.rows = kept
-            self._f = open(self.path, "a", encoding="utf-8")
+            self.rewrite(kept)
         return removed
+
+    def rewrite(self, rows: list[Any]) -> None:
+        """Replace the file's rows (atomically: an interrupted rewrite leaves the old file whole)."""
+        self._f.close()
+        write_rows(self.path, rows)
+        self.rows = list(rows)
+        self._f = open(self.path, "a", encoding="utf-8")
 
     def close(self) -> None:
         self._f.close()

@@ -68,10 +68,15 @@ def rank_group(key: str, samples: list[Sample], scores: list[list[float]], cfg: 
         rows.append({"id": s.id, "line": s.line, "step_scores": sc, "scores": aggregate_all(sc, gamma=cfg.gamma),
                      "answer": a.text if a else None, "answer_class": c, "correct": s.correct(a)})
     best = {agg: _best([r["scores"][agg] for r in rows]) for agg in AGGREGATIONS}
-    chosen = samples[best[cfg.agg]]
-    return {"group": key, "question": samples[0].question, "n": len(samples), "gold": samples[0].gold, "agg": cfg.agg,
-            "best": best, "chosen": {**chosen.record, "id": chosen.id, "steps": chosen.steps, "step_scores": rows[best[cfg.agg]]["step_scores"]},
-            "samples": rows}
+    row = {"group": key, "question": samples[0].question, "n": len(samples), "gold": samples[0].gold, "best": best, "samples": rows}
+    return _with_chosen(row, samples, cfg.agg)
+
+
+def _with_chosen(row: dict[str, Any], samples: list[Sample], agg: str) -> dict[str, Any]:
+    """The row with `agg`'s best sample written as `chosen`, from the scores the row already holds."""
+    i = row["best"][agg]
+    s = next(x for x in samples if x.id == row["samples"][i]["id"])
+    return {**row, "agg": agg, "chosen": {**s.record, "id": s.id, "steps": s.steps, "step_scores": row["samples"][i]["step_scores"]}}
 
 
 def n_values(largest: int, grid: str = "doubling") -> list[int]:
@@ -174,8 +179,12 @@ def run_rerank(scorer: StepScorer, input_path: str | Path, output: str | Path, c
     output = Path(output)
     samples, invalid = read_samples(input_path, splitter)
     groups = group_by_question(samples)
-    picks = {k: v for k, v in asdict(cfg).items() if k != "n_grid"}  # the grid shapes the report only: a resume may change it
-    check_job(output.with_name(output.stem + ".job.json"), {"command": "rerank", "model": scorer.model_id, **picks})
+    # The grid shapes the report only, and `agg` only which stored sample is written as `chosen`: a resume may
+    # change either (another `agg` re-picks from the stored scores). `agg` stays out of the comparison, also
+    # against job files that recorded it.
+    picks = {k: v for k, v in asdict(cfg).items() if k not in ("n_grid", "agg")}
+    check_job(output.with_name(output.stem + ".job.json"), {"command": "rerank", "model": scorer.model_id, **picks, "agg": None},
+              pending=("agg",))
     with AppendLog(output) as out:
         done = {r["group"] for r in out.rows}
         todo = [k for k in groups if k not in done]
@@ -183,6 +192,8 @@ def run_rerank(scorer: StepScorer, input_path: str | Path, output: str | Path, c
             group = groups[key]
             scores = calibrated(scorer, [(s.question, s.steps) for s in group])
             out.append([rank_group(key, group, scores, cfg)])
+        if any(r["agg"] != cfg.agg for r in out.rows if r["group"] in groups):
+            out.rewrite([_with_chosen(r, groups[r["group"]], cfg.agg) if r["group"] in groups else r for r in out.rows])
         rows = [r for r in out.rows if r["group"] in groups]
     report = best_of_n_report(rows, grid=cfg.n_grid)
     report.update(config=asdict(cfg), input=str(input_path), output=str(output), invalid_records=invalid,

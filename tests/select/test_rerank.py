@@ -130,6 +130,19 @@ def test_rerank_cli_picks_by_calibrated_aggregate_and_reports(tiny_checkpoint, s
     assert every["n_values"] == [1, 2, 3, 4] and every["this_run"]["problems_scored"] == 0
     assert every["baselines"]["oracle"]["3"] == 1.0 and every["best_of_n"]["mean"]["4"] == rep["best_of_n"]["mean"]["4"]
 
+    # Another --agg only re-picks `chosen` from the stored scores: nothing is scored again, and each row's chosen
+    # sample is now the one whose last step scores highest (the first of equals), its steps and scores kept.
+    assert main(["rerank", "--model", str(model), "--input", str(rollouts), "--output", str(out), "--agg", "last", "--device", "cpu"]) == 0
+    last = json.loads((out.parent / "report.json").read_text())
+    assert last["this_run"]["problems_scored"] == 0 and last["config"]["agg"] == "last"
+    again = read_jsonl(out)
+    assert [r["samples"] for r in again] == [r["samples"] for r in rows]
+    for row in again:
+        tails = [s["step_scores"][-1] for s in row["samples"]]
+        top = tails.index(max(tails))
+        assert row["agg"] == "last" and row["chosen"]["id"] == row["samples"][top]["id"]
+        assert row["chosen"]["step_scores"] == row["samples"][top]["step_scores"]
+
 
 def test_rerank_without_answers_or_with_only_singletons_reports_nulls(tiny_checkpoint, tmp_path, capsys):
     blind = write_lines(tmp_path / "blind.jsonl", [{k: v for k, v in r.items() if k != "answer"} for r in ROLLOUTS])
@@ -147,8 +160,8 @@ def test_rerank_without_answers_or_with_only_singletons_reports_nulls(tiny_check
     assert "best-of-N undefined" in capsys.readouterr().out
     # resuming into that output with other settings would mix rows: refused, nothing changed
     before = out.read_text()
-    assert main(["rerank", "--model", str(tiny_checkpoint), "--input", str(single), "--output", str(out), "--agg", "mean", "--device", "cpu"]) == 2
-    assert "agg='min'" in capsys.readouterr().err and out.read_text() == before
+    assert main(["rerank", "--model", str(tiny_checkpoint), "--input", str(single), "--output", str(out), "--gamma", "0.5", "--device", "cpu"]) == 2
+    assert "gamma=0.9" in capsys.readouterr().err and out.read_text() == before
 
 
 def test_rerank_benchmark_chooses_the_aggregation_on_other_problems_and_reports_the_test_ones_with_it(
