@@ -56,7 +56,7 @@ bench: venv
 	$(BIN)/python benchmarks/scorer_overhead.py
 
 # The CPU recipe on real data (needs ../shared/data): build the process data, train (resumes), score
-# ProcessBench with thresholds from the training sources' dev split. About 1.5 h on 2 cores.
+# ProcessBench with thresholds from the training sources' dev split. About 1.6 h on 2 cores with AVX512-BF16.
 quality: venv
 	BIN=$(BIN) benchmarks/quality.sh
 
