@@ -7,11 +7,11 @@
 #   (e.g. "--other-dev prm800k=runs/data/prm800k/dev.jsonl": thresholds and AUROC on PRM800K's human-labelled dev too)
 #   configs/recipe-cpu.yaml (default; GSM8K test only): both gsm8k prmbench layers24 layers30 pairwise mix
 #   CONFIG=configs/recipe-cpu-mix.yaml STOP=150 (GSM8K and MATH, TEST_LIMIT items each, all four dev splits):
-#     (the ablations in docs/results.md ran on that recipe's first schedule: EXTRA="optim.max_steps=450 optim.mixed_precision=no")
 #     four (the recipe) no-prm800k no-math two (GSM8K + PRMBench only) neutral-half neutral-unsupervised
 #     (what a PRM800K rating 0 means in training: 0.5, or no label; the recipe's is good; dev stays the recipe's)
 #     alternatives (PRM800K's train file plus up to 8 non-preferred rated steps per problem as items of their own,
 #     --alternatives-per-problem 8; those of problems in any dev split are dropped, so dev stays the recipe's)
+#     (the recorded ablations in docs/results.md ran on that recipe's first schedule: EXTRA="optim.max_steps=450 optim.mixed_precision=no")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-.venv/bin}
