@@ -4,6 +4,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -84,7 +85,16 @@ def test_resume_continues_where_it_stopped_and_matches_an_uninterrupted_run(tiny
     resumed = tmp_path / "resumed"
     (resumed / "checkpoints").mkdir(parents=True)
     shutil.copytree(straight / "checkpoints" / "step-3", resumed / "checkpoints" / "step-3")
+    # the time the first process spent is kept: pretend it took 1000 s; the summary adds this process's
+    # seconds to it, and the rate is over both (a rate over this process alone would claim 2x the speed)
+    state_file = resumed / "checkpoints" / "step-3" / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    assert 0 < state["train_wall_s"] < 1000
+    state_file.write_text(json.dumps({**state, "train_wall_s": 1000.0}))
+    t0 = time.time()
     summary = train(load_config(TrainJobConfig, None, train_overrides(tiny_backbone, synthetic_files, resumed, **common)))
+    assert 1000 < summary["train_wall_s"] <= 1000 + (time.time() - t0) + 0.1
+    assert summary["tokens_per_s"] == pytest.approx(summary["tokens_seen"] / summary["train_wall_s"], abs=0.1)
     assert summary["steps"] == 6
     assert [h["step"] for h in summary["history"] if "loss" in h] == [1, 2, 3, 4, 5, 6]
 

@@ -207,15 +207,17 @@ def _duration(seconds: float) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
 
 
-def run_steps(run: Run, st: ckpt.TrainState) -> float:
+def run_steps(run: Run, st: ckpt.TrainState) -> None:
     """Optimiser steps from `st.step` until max_steps, the budget, stop_at_step or a stop request;
-    the data order continues where a resumed run left it. Returns the loop's wall time."""
+    the data order continues where a resumed run left it. `st.train_wall_s` adds this process's loop
+    time to that of the processes before it (a checkpoint saves it)."""
     a, t = run.accelerator, run.cfg.optim
     micro_per_epoch = len(run.loader)
     epoch, skip = divmod(st.step * t.gradient_accumulation_steps, micro_per_epoch)
     run.model.train()
     loop_start, loss_sum, loss_n, stop = time.time(), 0.0, 0, False
     tokens_at_start, step_at_start = st.tokens_seen, st.step  # rates and ETA of this process (a resumed run starts here)
+    wall_at_start = st.train_wall_s
     with stopping.cooperative():  # a signal is honoured after the optimiser step in hand
         while st.step < t.max_steps and not stop:
             run.loader.set_epoch(epoch)
@@ -228,6 +230,7 @@ def run_steps(run: Run, st: ckpt.TrainState) -> float:
                 if not stepped:
                     continue
                 st.step += 1
+                st.train_wall_s = wall_at_start + time.time() - loop_start
                 if st.step % t.logging_steps == 0 or st.step == t.max_steps:
                     elapsed = max(time.time() - loop_start, 1e-9)
                     rate = (st.tokens_seen - tokens_at_start) / elapsed
@@ -242,18 +245,18 @@ def run_steps(run: Run, st: ckpt.TrainState) -> float:
                 if st.step >= t.max_steps or stop:
                     break
             epoch += 1
-    return time.time() - loop_start
+    st.train_wall_s = wall_at_start + time.time() - loop_start
 
 
-def summarize(run: Run, st: ckpt.TrainState, train_wall: float) -> dict[str, Any]:
+def summarize(run: Run, st: ckpt.TrainState) -> dict[str, Any]:
     cfg = run.cfg
     return {
         "backbone": cfg.model.backbone,
         "backbone_path": run.backbone_path,
         "steps": st.step,
         "tokens_seen": st.tokens_seen,
-        "train_wall_s": round(train_wall, 1),
-        "tokens_per_s": round(st.tokens_seen / max(train_wall, 1e-9), 1),
+        "train_wall_s": round(st.train_wall_s, 1),
+        "tokens_per_s": round(st.tokens_seen / max(st.train_wall_s, 1e-9), 1),
         "n_train_records": len(run.train_records),
         "n_dev_records": len(run.dev_records),
         "lora": cfg.lora.enabled,
@@ -289,7 +292,8 @@ def train(cfg: TrainJobConfig, *, fresh: bool = False) -> dict:
         + f", precision {'fp32' if a.mixed_precision == 'no' else a.mixed_precision}"  # benchmarks/gpu_recipe.py reads it
         + f"; log lines also in {run.out / 'train_log.jsonl'}"
     )
-    summary = summarize(run, st, run_steps(run, st))
+    run_steps(run, st)
+    summary = summarize(run, st)
     saved = ckpt.checkpoints(run.out)
     if cfg.optim.save_steps and st.step and not (saved and saved[-1].name == f"step-{st.step}"):
         ckpt.save(a, run.out, st, cfg.optim.save_total_limit)  # the last step too: a longer optim.max_steps continues from here

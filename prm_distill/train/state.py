@@ -22,6 +22,7 @@ class TrainState:
 
     step: int = 0
     tokens_seen: int = 0
+    train_wall_s: float = 0.0  # training-loop seconds over every process of the run, so a resumed run's rate stays true
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
