@@ -103,7 +103,7 @@ class TrainSettings:
     output_dir: str = field(default="runs/prm", metadata={"help": "Where the exported checkpoint (and checkpoints/ for resuming) go."})
     max_steps: int = field(default=200, metadata={"help": "Optimizer steps to run (data is cycled); also the length of the learning-rate schedule. May change on resume: the schedule is then rebuilt for the new length (docs/jobs.md)."})
     stop_at_step: int | None = field(default=None, metadata={"help": "Stop (and export) at this step while the schedule keeps max_steps' length: a short run that matches a longer one step for step (ablations, learning curves)."})
-    max_minutes: float | None = field(default=None, metadata={"help": "Stop earlier once this wall-clock budget is spent (then export)."})
+    max_minutes: float | None = field(default=None, metadata={"help": "Stop earlier once this wall-clock budget of one process is spent (then export); a resumed run gets it again."})
     batch_size: int = field(default=8, metadata={"help": "Windows per device per micro-batch."})
     group_by_length: bool = field(default=True, metadata={"help": "Batch windows of similar length together (much less padding on varied data)."})
     gradient_accumulation_steps: int = field(default=1, metadata={"help": "Micro-batches per optimizer step."})
