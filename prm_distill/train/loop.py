@@ -210,7 +210,7 @@ def _duration(seconds: float) -> str:
 def run_steps(run: Run, st: ckpt.TrainState) -> None:
     """Optimiser steps from `st.step` until max_steps, the budget, stop_at_step or a stop request;
     the data order continues where a resumed run left it. `st.train_wall_s` adds this process's loop
-    time to that of the processes before it (a checkpoint saves it)."""
+    time to that of the processes before it, step by step (a checkpoint saves it)."""
     a, t = run.accelerator, run.cfg.optim
     micro_per_epoch = len(run.loader)
     epoch, skip = divmod(st.step * t.gradient_accumulation_steps, micro_per_epoch)
@@ -232,7 +232,7 @@ def run_steps(run: Run, st: ckpt.TrainState) -> None:
                 st.step += 1
                 st.train_wall_s = wall_at_start + time.time() - loop_start
                 if st.step % t.logging_steps == 0 or st.step == t.max_steps:
-                    elapsed = max(time.time() - loop_start, 1e-9)
+                    elapsed = max(st.train_wall_s - wall_at_start, 1e-9)
                     rate = (st.tokens_seen - tokens_at_start) / elapsed
                     entry = {"step": st.step, "loss": loss_sum / loss_n, "lr": run.scheduler.get_last_lr()[0], "tokens_per_s": rate}
                     st.history.append(entry)
@@ -245,7 +245,6 @@ def run_steps(run: Run, st: ckpt.TrainState) -> None:
                 if st.step >= t.max_steps or stop:
                     break
             epoch += 1
-    st.train_wall_s = wall_at_start + time.time() - loop_start
 
 
 def summarize(run: Run, st: ckpt.TrainState) -> dict[str, Any]:
