@@ -27,6 +27,7 @@ from pathlib import Path
 
 from prm_distill.atomic import write_json
 from prm_distill.generate import PolicyConfig
+from prm_distill.metrics import fmt
 from prm_distill.rollout import RolloutConfig, run_rollout
 from prm_distill.select import RerankConfig, open_scorer, run_rerank
 from prm_distill.select.backend import close_scorer
@@ -82,11 +83,13 @@ def main() -> int:
         if chosen_on:
             g = gains[args.agg]
             print(f"the chosen aggregation ({args.agg}): " + ("n/a" if g is None else f"{g:+.3f}"))
+    print("sample AUROC, right vs wrong samples (within problem / pooled): " + ", ".join(
+        f"{a} {fmt(v['within_problem'])} / {fmt(v['pooled'])}" for a, v in rep["sample_auroc"].items()))
     print(f"sampling {t['sample']:.1f}s (this run: {generated} samples), scoring and rerank {t['rerank']:.1f}s")
     bench = {"problems": rep["problems"], "k": args.k, "policy": args.policy, "checkpoint": args.checkpoint,
              "agg": args.agg, "chosen_on": chosen_on, "n_values": rep["n_values"],
              "best_of_n": rep["best_of_n"], "weighted_vote": rep["weighted_vote"], "baselines": rep["baselines"],
-             "gain_over_majority": rep["gain_over_majority_at_largest_n"],
+             "gain_over_majority": rep["gain_over_majority_at_largest_n"], "sample_auroc": rep["sample_auroc"],
              "sampling_s": round(t["sample"], 1), "rerank_s": round(t["rerank"], 1), "samples_generated": generated}
     write_json(out / "bench.json", bench)
     print(f"report: {out / 'report.json'}, plot: {rep.get('plot', 'none')}")

@@ -128,6 +128,25 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_average(args: argparse.Namespace) -> int:
+    """Exit 0 when the averaged checkpoint is written; 2 when the checkpoints cannot be averaged (what differs
+    is named) or --output exists and is not empty."""
+    from .average import average_checkpoints, choose_threshold_into
+
+    missing = [f for f in args.dev or [] if not Path(f).is_file()]
+    if missing:  # bad input (2) before anything is written
+        raise FileNotFoundError(f"dev file not found: {', '.join(missing)}")
+    provenance = average_checkpoints(args.model, args.output, args.weight)
+    mix = ", ".join(f"{m['path']} x {m['weight']:.3f}" for m in provenance["averaged_from"])
+    print(f"averaged {len(args.model)} checkpoints ({mix}) -> {args.output}")
+    if args.dev:
+        threshold, source = choose_threshold_into(args.output, args.dev, device=args.device, dev_limit=args.dev_limit)
+        print(f"threshold {threshold:.3f} ({source})")
+    else:
+        print("no threshold stored (no --dev): eval, the server and the RL scorer decide at 0.5 until one is chosen")
+    return 0
+
+
 def cmd_recalibrate(args: argparse.Namespace) -> int:
     """Exit 0: nothing flagged; 3: re-distillation advised (a drift flag or a floor); 2 on bad input; 4: judge unavailable."""
     from .recalibrate import RecalibrateConfig, run_recalibration
@@ -241,6 +260,15 @@ def build_parser() -> argparse.ArgumentParser:
     ro.add_argument("--help-config", action="store_true", help="list every setting with its default and help")
     ro.add_argument("overrides", nargs="*", help="key=value overrides, e.g. policy.vllm.tensor_parallel_size=2 policy.top_p=0.95")
     ro.set_defaults(func=cmd_rollout)
+
+    a = sub.add_parser("average", help="one checkpoint from the mean of several checkpoints' weights (e.g. a run's last snapshots)")
+    a.add_argument("--model", required=True, action="append", help="checkpoint folder (repeat: at least two, same architecture and tokenizer)")
+    a.add_argument("--weight", type=float, action="append", help="mixing weight per --model, in order (default: equal)")
+    a.add_argument("--output", required=True, help="new folder for the averaged checkpoint (refused if it exists and is not empty)")
+    a.add_argument("--dev", action="append", help="dev file to choose the stored threshold on (the rule and sample of eval --dev)")
+    a.add_argument("--dev-limit", type=int, default=600, help="about this many dev records (whole questions, seeded); 0 = all")
+    a.add_argument("--device", default="auto")
+    a.set_defaults(func=cmd_average)
 
     r = sub.add_parser("recalibrate", help="held-out metrics vs the last report, drift flags (exit 3: re-distil), checked calibration, audits")
     r.add_argument("--model", help="exported checkpoint folder")

@@ -32,16 +32,21 @@ def supervised(scores: Sequence[Sequence[float]], labels: Sequence[Sequence[floa
     return np.asarray(p, dtype=float), np.asarray(y, dtype=float)
 
 
-def step_auroc(scores, labels) -> float:
-    """AUROC of step scores against good/bad labels (NaN when only one class is present)."""
+def binary_auroc(scores: Sequence[float], positive: Sequence[bool]) -> float:
+    """AUROC of scores against a positive/negative flag (ties count half; NaN when only one class is present)."""
     from sklearn.metrics import roc_auc_score
 
-    p, y = supervised(scores, labels)
-    keep = y != 0.5
-    p, yb = p[keep], y[keep] > 0.5
+    yb = np.asarray(positive, dtype=bool)
     if yb.all() or not yb.any():
         return NAN
-    return float(roc_auc_score(yb, p))
+    return float(roc_auc_score(yb, np.asarray(scores, dtype=float)))
+
+
+def step_auroc(scores, labels) -> float:
+    """AUROC of step scores against good/bad labels (NaN when only one class is present)."""
+    p, y = supervised(scores, labels)
+    keep = y != 0.5
+    return binary_auroc(p[keep], y[keep] > 0.5)
 
 
 def paired_auroc_difference(scores_a, scores_b, labels, *, n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> dict[str, float]:

@@ -8,7 +8,8 @@ three baselines, for N = 1, 2, 4, ... up to the largest group (and that size its
 - random: the expected accuracy of one sample picked at random (the mean correctness, exact);
 - oracle (pass@N): some sample among the N is right.
 Beside best-of-N, `weighted_vote[agg][N]`: the answer whose samples' aggregated scores sum highest
-(majority vote with each vote weighted by the PRM), ties counted as in majority vote.
+(majority vote with each vote weighted by the PRM), ties counted as in majority vote. `sample_auroc[agg]`:
+how well the aggregated scores separate right from wrong samples, within each problem and pooled.
 Subsampling is deterministic: at N, each problem's first N samples in input order; a problem with
 fewer than N samples does not count at that N. A problem with one sample has no best-of-N: it is
 reported (its question) and left out of the curves; its only sample is still written as chosen.
@@ -16,6 +17,7 @@ reported (its question) and left out of the curves; its only sample is still wri
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from ..aggregate import AGGREGATIONS, aggregate_all
 from ..answers import answer_classes
 from ..atomic import write_json
 from ..jobfiles import AppendLog, check_job
+from ..metrics import binary_auroc
 from ..protocol import StepScorer
 from ..steps import SplitConfig
 from .backend import calibrated
@@ -110,6 +113,21 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def sample_auroc(rows: list[dict[str, Any]], aggregations: tuple[str, ...] = AGGREGATIONS) -> dict[str, dict[str, float | int | None]]:
+    """How well each aggregation separates right from wrong samples: `within_problem`, the mean over problems
+    with both right and wrong samples of the AUROC among that problem's samples (what best-of-N needs), and
+    `pooled`, over all samples at once (problem difficulty included); None where undefined."""
+    scored = [r for r in rows if all(s["correct"] is not None for s in r["samples"])]
+    mixed = [r for r in scored if len({bool(s["correct"]) for s in r["samples"]}) == 2]
+    out: dict[str, dict[str, float | int | None]] = {}
+    for agg in aggregations:
+        per = [binary_auroc([s["scores"][agg] for s in r["samples"]], [bool(s["correct"]) for s in r["samples"]]) for r in mixed]
+        pooled = binary_auroc([s["scores"][agg] for r in scored for s in r["samples"]],
+                              [bool(s["correct"]) for r in scored for s in r["samples"]])
+        out[agg] = {"within_problem": _mean(per), "pooled": None if math.isnan(pooled) else pooled, "problems": len(mixed)}
+    return out
+
+
 def best_of_n_report(rows: list[dict[str, Any]], aggregations: tuple[str, ...] = AGGREGATIONS, grid: str = "doubling") -> dict[str, Any]:
     """best_of_n[agg][N] and the baselines, from the output rows alone (so a resumed run reports all)."""
     multi = [r for r in rows if r["n"] >= 2]
@@ -136,7 +154,7 @@ def best_of_n_report(rows: list[dict[str, Any]], aggregations: tuple[str, ...] =
         "aggregations": list(aggregations), "problems": len(rows), "groups_with_answers": len(scored),
         "singleton_problems": [r["question"] for r in rows if r["n"] < 2], "subsampling": SUBSAMPLING,
         "n_values": ns, "problems_at_n": at_n, "best_of_n": best, "weighted_vote": voted, "baselines": base,
-        "gain_over_majority_at_largest_n": gain,
+        "gain_over_majority_at_largest_n": gain, "sample_auroc": sample_auroc(scored, aggregations),
     }
 
 

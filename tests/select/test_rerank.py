@@ -76,6 +76,22 @@ def test_best_of_n_and_baselines_by_hand():
     assert rep["gain_over_majority_at_largest_n"] == {"min": pytest.approx(0.5), "vote:min": pytest.approx(0.5)}
 
 
+def test_sample_auroc_within_problems_and_pooled_by_hand():
+    rows = [
+        _row("A", [(0.2, 0, False), (0.9, 1, True), (0.5, 0, False), (0.3, 1, True)]),
+        _row("B", [(0.6, 0, True), (0.4, 1, False)]),
+        _row("E", [(0.8, 0, True), (0.1, 0, True)]),  # all right: no within-problem AUROC, still pooled
+        _row("D", [(0.1, 0, None), (0.2, 0, None)]),  # no gold answer: left out
+    ]
+    got = best_of_n_report(rows, aggregations=("min",))["sample_auroc"]["min"]
+    # A: right {0.9, 0.3} vs wrong {0.2, 0.5}: 0.9 beats both, 0.3 beats 0.2 only: 3 of 4 pairs. B: 1 of 1.
+    assert got["problems"] == 2 and got["within_problem"] == pytest.approx((3 / 4 + 1) / 2)
+    # Pooled, right {0.9, 0.3, 0.6, 0.8, 0.1} vs wrong {0.2, 0.5, 0.4}: 3 + 1 + 3 + 3 + 0 = 10 of 15 pairs.
+    assert got["pooled"] == pytest.approx(10 / 15)
+    none = best_of_n_report([rows[2]], aggregations=("min",))["sample_auroc"]["min"]
+    assert none == {"within_problem": None, "pooled": None, "problems": 0}
+
+
 def test_ties_pick_the_first_sample_and_no_answers_give_null_accuracies():
     tie = best_of_n_report([_row("A", [(0.5, 0, False), (0.5, 1, True)])], aggregations=("min",))
     assert tie["best_of_n"]["min"]["2"] == 0.0
