@@ -49,9 +49,9 @@ def test_uniform_mean_of_snapshot_and_final(run_with_snapshot, tmp_path):
     assert sc.threshold is None and sc.threshold_source.startswith("none: averaged weights")
     assert [e["step"] for e in sc.training["averaged_from"]] == [2, 4]
     assert [e["weight"] for e in sc.training["averaged_from"]] == [0.5, 0.5]
-    # a snapshot has no training_ids.txt: the final's ids are carried, and the gap is said
+    # both carry the run's training ids: the average carries their union, the same ids
     assert (out / "training_ids.txt").read_text() == (final / "training_ids.txt").read_text()
-    assert sc.training["training_ids_missing_in"] == [str(snap)]
+    assert sc.training["training_ids_missing_in"] == []
     assert (out / "tokenizer.json").read_bytes() == (final / "tokenizer.json").read_bytes()
 
 
@@ -120,6 +120,22 @@ def test_bad_arguments_are_exit_2_with_the_reason(run_with_snapshot, tmp_path, c
     assert main(["average", *[a.format(**subst) for a in argv], "--output", str(out)]) == 2
     assert message in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_training_ids_are_the_union_and_a_checkpoint_without_them_is_named(run_with_snapshot, tmp_path):
+    import shutil
+
+    snap, final = _pair(run_with_snapshot)
+    other = tmp_path / "other"
+    shutil.copytree(final, other)
+    (other / "training_ids.txt").write_text("new-1\n" + (final / "training_ids.txt").read_text().splitlines()[0] + "\n")
+    bare = tmp_path / "bare"
+    shutil.copytree(snap, bare)
+    (bare / "training_ids.txt").unlink()
+    provenance = average_checkpoints([final, other, bare], tmp_path / "avg")
+    ids = (tmp_path / "avg" / "training_ids.txt").read_text().splitlines()
+    assert ids == (final / "training_ids.txt").read_text().splitlines() + ["new-1"]  # each id once, first seen first
+    assert provenance["training_ids_missing_in"] == [str(bare)]
 
 
 def test_a_tokenizer_that_differs_is_refused(run_with_snapshot, tmp_path):

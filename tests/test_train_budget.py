@@ -24,4 +24,7 @@ def test_stop_at_step_keeps_the_long_schedule_and_snapshots_are_servable(tiny_ba
     snap = out / "snapshots" / "step-2"
     side = read_sidecar(snap)
     assert side.training["step"] == 2 and side.training["snapshot"] is True and side.threshold is not None
+    # a snapshot carries the run's training ids, so recalibrate's held-out check works on it as on the export
+    assert (snap / "training_ids.txt").read_text() == (out / "training_ids.txt").read_text()
+    assert (snap / "training_ids.txt").read_text().count("\n") == 48  # the synthetic train split's 48 records
     assert len(PRMEngine.from_checkpoint(snap, device="cpu").score([("What is 1 + 1?", ["1 + 1 = 2.", "So 2."])])[0]) == 2

@@ -71,14 +71,20 @@ def export_final(model, tok, encoder: StepEncoder, dev: list[Trajectory], train_
     summary["dev"] = rep
     _, summary["threshold_source"], summary["dev_problem"] = threshold_choice(dev, rep)
     export(model, tok, str(out), _sidecar(cfg, tag_id, dev, rep, summary))
-    (out / "training_ids.txt").write_text("".join(i + "\n" for i in train_ids), encoding="utf-8")
+    write_training_ids(out, train_ids)
     return summary
 
 
+def write_training_ids(out: Path, train_ids: list[str]) -> None:
+    """The ids trained on, one per line: `recalibrate --heldout` refuses a held-out set that shares any."""
+    (out / "training_ids.txt").write_text("".join(i + "\n" for i in train_ids), encoding="utf-8")
+
+
 def snapshot(model, tok, encoder: StepEncoder, dev: list[Trajectory], pad_id: int, cfg: TrainJobConfig, tag_id: int, path: Path, at: dict,
-             is_copy: bool = False) -> None:
+             train_ids: list[str], is_copy: bool = False) -> None:
     """Export a merged copy of the model as it is now (training goes on with the original; a
-    gathered copy is merged as is)."""
+    gathered copy is merged as is), with the run's training ids, as the final export has."""
     rep = evaluate(model, encoder, dev, pad_id, verifier=verifier_rule(cfg)) if dev else None
     export((model if is_copy else copy.deepcopy(model)).eval(), tok, str(path), _sidecar(cfg, tag_id, dev, rep, {**at, "dev": rep, "snapshot": True}))
+    write_training_ids(path, train_ids)
     log.info("snapshot at step %d -> %s (dev %s)", at["step"], path, rep)

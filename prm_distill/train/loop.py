@@ -166,7 +166,7 @@ def after_step(run: Run, st: ckpt.TrainState) -> bool:
         current, is_copy = main_process_model(a, run.model, run.template)
         if current is not None:
             snapshot(current, run.tok, run.encoder, run.dev_records, run.pad_id, run.cfg, run.tag_id, run.out / "snapshots" / f"step-{step}",
-                     {"step": step, "tokens_seen": st.tokens_seen}, is_copy)
+                     {"step": step, "tokens_seen": st.tokens_seen}, [r.id for r in run.train_records], is_copy)
         a.wait_for_everyone()
     if t.save_steps and step % t.save_steps == 0 and step < t.max_steps:
         ckpt.save(a, run.out, st, t.save_total_limit)
