@@ -166,9 +166,10 @@ def average_checkpoints(models: Sequence[str | os.PathLike], output: str | os.Pa
                                "tokens_seen": sc.training.get("tokens_seen")} for f, w, sc in zip(folders, mix, sidecars)],
             "training_ids_missing_in": without_ids,
         }
-        for key in ("backbone", "backbone_path"):
-            if key in sidecars[0].training:
-                provenance[key] = sidecars[0].training[key]
+        for key in ("backbone", "backbone_path"):  # snapshots' sidecars lack them: the first checkpoint that says
+            said = [sc.training[key] for sc in sidecars if key in sc.training]
+            if said:
+                provenance[key] = said[0]
         sidecar = Sidecar(**{**asdict(sidecars[0]), "threshold": None, "calibration": None, "training": provenance,
                              "threshold_source": "none: averaged weights, no dev split scored (prm-distill average --dev chooses one)"})
         write_sidecar(tmp, sidecar)  # last: a folder with a sidecar is a complete checkpoint

@@ -49,6 +49,9 @@ def test_uniform_mean_of_snapshot_and_final(run_with_snapshot, tmp_path):
     assert sc.threshold is None and sc.threshold_source.startswith("none: averaged weights")
     assert [e["step"] for e in sc.training["averaged_from"]] == [2, 4]
     assert [e["weight"] for e in sc.training["averaged_from"]] == [0.5, 0.5]
+    # the snapshot's sidecar does not name the backbone; the final export's does, and the average keeps it
+    assert "backbone_path" not in read_sidecar(snap).training
+    assert sc.training["backbone_path"] == read_sidecar(final).training["backbone_path"]
     # both carry the run's training ids: the average carries their union, the same ids
     assert (out / "training_ids.txt").read_text() == (final / "training_ids.txt").read_text()
     assert sc.training["training_ids_missing_in"] == []
