@@ -20,14 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from .atomic import current_umask
-from .checkpoint import CheckpointError, Sidecar, read_sidecar, write_sidecar
+from .checkpoint import MODEL_FILES, TOKENIZER_FILES, TRAINING_IDS, CheckpointError, Sidecar, read_sidecar, write_sidecar, write_training_ids
 
 # config.json keys that say how a folder was written, not what the model computes.
 _CONFIG_VOLATILE = {"_name_or_path", "transformers_version", "torch_dtype", "dtype"}
-# Files copied from the first checkpoint and required to be byte-identical in every other one.
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.json",
-                    "merges.txt", "tokenizer.model", "chat_template.jinja", "chat_template.json")
-TRAINING_IDS = "training_ids.txt"
 
 
 def _weights(weights: Sequence[float] | None, n: int) -> list[float]:
@@ -74,7 +70,7 @@ def check_compatible(folders: Sequence[Path]) -> list[Sidecar]:
         if _weight_files(folder) != base_files:
             raise CheckpointError(f"cannot average {first} and {folder}: different weight files "
                                   f"({base_files} vs {_weight_files(folder)})")
-        for name in _TOKENIZER_FILES:
+        for name in TOKENIZER_FILES:
             a, b = first / name, folder / name
             if a.is_file() != b.is_file() or (a.is_file() and a.read_bytes() != b.read_bytes()):
                 raise CheckpointError(f"cannot average {first} and {folder}: their tokenizers differ ({name})")
@@ -155,12 +151,12 @@ def average_checkpoints(models: Sequence[str | os.PathLike], output: str | os.Pa
         for name in _weight_files(folders[0]):
             tensors, metadata = _mean_file(name, folders, mix)
             save_file(tensors, str(tmp / name), metadata=metadata)
-        for name in ("config.json", "generation_config.json", "model.safetensors.index.json", *_TOKENIZER_FILES):
+        for name in (*MODEL_FILES, "model.safetensors.index.json", *TOKENIZER_FILES):  # equal in every checkpoint (checked)
             if (folders[0] / name).is_file():
                 shutil.copy2(folders[0] / name, tmp / name)
         ids, without_ids = _training_ids(folders)
         if ids:
-            (tmp / TRAINING_IDS).write_text("".join(i + "\n" for i in ids), encoding="utf-8")
+            write_training_ids(tmp, ids)
         provenance = {
             "averaged_from": [{"path": str(f), "weight": w, "step": sc.training.get("step", sc.training.get("steps")),
                                "tokens_seen": sc.training.get("tokens_seen")} for f, w, sc in zip(folders, mix, sidecars)],

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,6 +21,11 @@ from .atomic import current_umask, write_json
 from .encoding import ENCODING_VERSION
 
 SIDECAR_NAME = "prm_distill.json"
+TRAINING_IDS = "training_ids.txt"  # the ids trained on, one per line: `recalibrate --heldout` refuses a held-out set sharing any
+# What save_pretrained writes beside the weights: the model's config files and the tokenizer's.
+MODEL_FILES = ("config.json", "generation_config.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.json",
+                   "merges.txt", "tokenizer.model", "chat_template.jinja", "chat_template.json")
 LABEL_MEANING = "class 1 = step is good (correct and advancing); P(good) = softmax(logits at the step tag)[1]"
 
 
@@ -97,6 +102,10 @@ def read_sidecar(model_dir: str | os.PathLike) -> Sidecar:
 
 def write_sidecar(model_dir: str | os.PathLike, sidecar: Sidecar) -> None:
     write_json(Path(model_dir) / SIDECAR_NAME, asdict(sidecar))
+
+
+def write_training_ids(model_dir: str | os.PathLike, train_ids: Sequence[str]) -> None:
+    (Path(model_dir) / TRAINING_IDS).write_text("".join(i + "\n" for i in train_ids), encoding="utf-8")
 
 
 def write_calibration(model_dir: str | os.PathLike, calibration: Mapping[str, Any]) -> dict[str, Any]:

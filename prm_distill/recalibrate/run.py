@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import calibration as cal
-from ..checkpoint import read_sidecar
+from ..checkpoint import TRAINING_IDS, read_sidecar
 from ..metrics import expected_calibration_error, reliability, report as metrics_report, step_accuracy as agreement, supervised
 from ..protocol import Calibrated, StepScorer
 from ..records import Trajectory, load_records, write_jsonl
@@ -33,7 +33,6 @@ from .report import KIND, newest_report, previous_entry, write_report
 from .stats import histogram, label_distribution, position_profile
 
 log = logging.getLogger("prm_distill.recalibrate")
-TRAINING_IDS = "training_ids.txt"
 SHOWN_OVERLAP = 5
 
 

@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import Sidecar
+from ..checkpoint import Sidecar, write_training_ids
 from ..encoding import StepEncoder
 from ..inference import score_encoded
 from ..metrics import best_threshold, dev_split_classes, dev_split_problem, report
@@ -73,11 +73,6 @@ def export_final(model, tok, encoder: StepEncoder, dev: list[Trajectory], train_
     export(model, tok, str(out), _sidecar(cfg, tag_id, dev, rep, summary))
     write_training_ids(out, train_ids)
     return summary
-
-
-def write_training_ids(out: Path, train_ids: list[str]) -> None:
-    """The ids trained on, one per line: `recalibrate --heldout` refuses a held-out set that shares any."""
-    (out / "training_ids.txt").write_text("".join(i + "\n" for i in train_ids), encoding="utf-8")
 
 
 def snapshot(model, tok, encoder: StepEncoder, dev: list[Trajectory], pad_id: int, cfg: TrainJobConfig, tag_id: int, path: Path, at: dict,

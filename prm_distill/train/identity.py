@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..atomic import write_json
-from ..checkpoint import SIDECAR_NAME
+from ..checkpoint import MODEL_FILES, SIDECAR_NAME, TOKENIZER_FILES, TRAINING_IDS
 from ..encoding import ENCODING_VERSION
 from . import state as ckpt
 from .config import TrainJobConfig
@@ -40,14 +40,12 @@ NOT_COMPARED = ("optim.output_dir", "optim.resume")  # where the run lives (a fo
 FILE_LISTS = ("data.train", "data.dev")
 # What an export writes at the top of output_dir (save_pretrained's model and tokenizer files, the sidecar,
 # training_ids.txt, the training log train_log.jsonl): `--fresh` removes these and nothing else there (a log the user keeps beside them stays).
-EXPORT_FILES = ("prm_distill.json", "prm_distill.json.lock", "training_ids.txt", "config.json", "generation_config.json",
-                "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.json",
-                "merges.txt", "tokenizer.model", "chat_template.jinja", "chat_template.json", "train_log.jsonl")
+EXPORT_FILES = (SIDECAR_NAME, f"{SIDECAR_NAME}.lock", TRAINING_IDS, *MODEL_FILES, *TOKENIZER_FILES, "train_log.jsonl")
 EXPORT_GLOBS = ("*.safetensors", "*.safetensors.index.json")
 _CHUNK = 1 << 20
 # Files of a backbone folder that are not the model: an exported checkpoint used as a backbone (the pipeline's next
 # iteration) keeps its identity when recalibration adopts a calibration into its sidecar.
-_NOT_MODEL = {"prm_distill.json", "prm_distill.json.lock", "training_ids.txt", RUN_FILE}
+_NOT_MODEL = {SIDECAR_NAME, f"{SIDECAR_NAME}.lock", TRAINING_IDS, RUN_FILE}
 
 
 def file_digest(path: str | Path) -> dict[str, Any]:
