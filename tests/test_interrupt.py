@@ -99,12 +99,18 @@ def test_sigterm_stops_train_with_a_resumable_checkpoint_that_a_rerun_resumes(ti
     cmd = _train_cmd(train_overrides, tiny_backbone, synthetic_files, out, max_steps=400)
     proc = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
-    reader.start()
+    errs: list[str] = []
+    # one reader per pipe (communicate() would read stdout too and close it under the stdout reader's feet)
+    readers = [threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True),
+               threading.Thread(target=lambda: errs.extend(proc.stderr), daemon=True)]
+    for reader in readers:
+        reader.start()
     _wait_for(lambda: any(line.startswith("step 2/") for line in lines), proc)
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
-    reader.join(10)
+    proc.wait(timeout=120)
+    for reader in readers:
+        reader.join(10)
+    err = "".join(errs)
     assert proc.returncode == exits.INTERRUPTED, err[-3000:]
     (saved,) = sorted((out / "checkpoints").glob("step-*"))
     state = json.loads((saved / "trainer_state.json").read_text())
