@@ -12,10 +12,14 @@ OUT=${OUT:-runs/policy}
 POLICY=${POLICY:?set POLICY to the policy folder, e.g. \$(../shared/models/fetch.sh qwen2.5-coder-0.5b | tail -n 1)}
 export HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1} TOKENIZERS_PARALLELISM=false
 .venv/bin/python benchmarks/policy_problems.py --output "$OUT" || exit 1
+rollout() {  # side, extra args: the one sampling command (same settings for sampling and the merge); ${limit[@]} prefixes it
+  local side=$1; shift
+  "${limit[@]}" .venv-vllm/bin/prm-distill rollout --policy "$POLICY" --problems "$OUT/problems-$side.jsonl" --output "$OUT/rollouts-$side" \
+    --k 4 --temperature 0.8 --max-new-tokens 320 --backend vllm --seed 0 shard_problems=32 progress=false "$@"
+}
 for side in dev train; do
   limit=(); [ "$side" = train ] && limit=(timeout -s TERM "${TRAIN_SECONDS:-3000}")
-  "${limit[@]}" .venv-vllm/bin/prm-distill rollout --policy "$POLICY" --problems "$OUT/problems-$side.jsonl" \
-    --output "$OUT/rollouts-$side" --k 4 --temperature 0.8 --max-new-tokens 320 --backend vllm --seed 0 shard_problems=32 progress=false
+  rollout "$side"
   rc=$?
   # 124 / 130: the time box or a signal stopped sampling; the finished samples are kept and labelled
   [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ $rc -eq 130 ] || { echo "rollout $side failed: exit $rc"; exit $rc; }
@@ -30,8 +34,7 @@ for line in open(sys.argv[2]):
         break
     n += 1
 print(n)" "$OUT/rollouts-$side" "$OUT/problems-$side.jsonl")
-  .venv-vllm/bin/prm-distill rollout --policy "$POLICY" --problems "$OUT/problems-$side.jsonl" --output "$OUT/rollouts-$side" \
-    --k 4 --temperature 0.8 --max-new-tokens 320 --backend vllm --seed 0 shard_problems=32 progress=false --limit "$n" || exit 1
+  limit=(); rollout "$side" --limit "$n" || exit 1
   .venv/bin/prm-distill label --config configs/label.yaml input="$OUT/rollouts-$side/rollouts.jsonl" \
     output="$OUT/labels-$side" judge.backend=reference votes=1 min_valid_votes=1 || exit 1
 done
