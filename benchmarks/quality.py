@@ -66,11 +66,19 @@ def evaluate_checkpoint(model: str, dev_files: list[str], tests: list[str], dev_
     for v in VARIANTS:
         out["dev"][v] = report(dev_scores[v], [r.labels for r in dev], [r.first_error for r in dev], thresholds[v])
     others: dict[str, dict] = {}
+    odevs: dict[str, tuple[list, dict[str, list[list[float]]]]] = {}
     for name, files in (other_devs or {}).items():
         odev = dev_sample(files, "jsonl", dev_limit)
         oscores, othr = _thresholds(engine, odev, cap)
+        odevs[name] = (odev, oscores)
         others[name] = {"dev_files": files, "n_dev": len(odev), "thresholds": othr, "test": {},
                         "dev": {v: report(oscores[v], [r.labels for r in odev], [r.first_error for r in odev], othr[v]) for v in VARIANTS}}
+    # threshold transfer on the dev side: each other dev split read at every source's composed threshold
+    # ("dev" = the main dev files), so a threshold source can be judged on dev data it did not choose on
+    sources = {"dev": thresholds["composed"], **{n: o["thresholds"]["composed"] for n, o in others.items()}}
+    for name, (odev, oscores) in odevs.items():
+        others[name]["dev_at"] = {src: report(oscores["composed"], [r.labels for r in odev], [r.first_error for r in odev], t)
+                                  for src, t in sources.items()}
     for path in tests:
         recs = _test_sample(load_records(path, "processbench"), test_limit)
         scores = _variants(engine, recs, cap)
@@ -92,6 +100,9 @@ def table(res: dict) -> str:
         lines.append(f"thresholds chosen on {name} ({o['n_dev']} dev records):")
         for split, by_v in [("dev", o["dev"])] + list(o["test"].items()):
             lines += _rows(split, by_v)
+    for name, o in res.get("other_devs", {}).items():
+        lines.append(f"{name} dev read at each source's composed threshold:")
+        lines += _rows(name, {f"@{src}": r for src, r in o["dev_at"].items()})
     return "\n".join(lines)
 
 
@@ -133,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         curve = []
         snaps = sorted(Path(a.snapshots).glob("step-*"), key=lambda x: int(x.name.split("-")[1]))
         for snap in snaps:
-            r = evaluate_checkpoint(str(snap), a.dev, a.curve_test or a.test[:1], a.dev_limit, cap, a.device, a.test_limit)
+            r = evaluate_checkpoint(str(snap), a.dev, a.curve_test or a.test[:1], a.dev_limit, cap, a.device, a.test_limit, other_devs)
             curve.append(r)
             print(f"\n{snap.name}: {r['training']}\n{table(r)}", flush=True)
         curve.append(res)

@@ -87,6 +87,16 @@ def test_eval_dev_and_quality_py_choose_the_same_threshold_from_the_same_dev_fil
     assert json.loads(out.read_text())["threshold"] == both["other_devs"]["other"]["thresholds"]["composed"]
     t = both["other_devs"]["other"]["thresholds"]["composed"]
     assert both["other_devs"]["other"]["test"]["pb"]["composed"]["threshold"] == t
+    # threshold transfer: an other dev split read at its own threshold is its own report; read at the main
+    # dev files' threshold it is what `eval --threshold` gives on that file at that threshold
+    other = both["other_devs"]["other"]
+    assert set(other["dev_at"]) == {"dev", "same", "other"} and other["dev_at"]["other"] == other["dev"]["composed"]
+    assert other["dev_at"]["same"] == other["dev_at"]["dev"]  # the same files as the main dev: the same threshold
+    assert main(["eval", "--model", str(tiny_checkpoint), "--data", str(synthetic_files["test"]), "--threshold",
+                 str(both["thresholds"]["composed"]), "--output", str(out)]) == 0
+    fixed = json.loads(out.read_text())
+    assert other["dev_at"]["dev"]["threshold"] == both["thresholds"]["composed"]
+    assert other["dev_at"]["dev"]["processbench_f1"] == fixed["processbench_f1"] and other["dev_at"]["dev"]["auroc"] == fixed["auroc"]
 
 
 def test_eval_on_processbench_format(tiny_checkpoint, tmp_path):
