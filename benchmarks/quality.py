@@ -150,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
         curve.append(res)
         keys = ("processbench_f1", "auroc")
         res["curve"] = [{"step": r["training"]["steps"], "tokens_seen": r["training"]["tokens_seen"],
-                         **{f"{split}/{v}/{k}": r["test"][split][v][k] for split in r["test"] for v in VARIANTS for k in keys}} for r in curve]
+                         **{f"{split}/{v}/{k}": r["test"][split][v][k] for split in r["test"] for v in VARIANTS for k in keys},
+                         **{f"{name}-dev@{src}/{k}": rep[k] for name, o in r.get("other_devs", {}).items()
+                            for src, rep in o["dev_at"].items() for k in ("processbench_f1", "threshold")}} for r in curve]
         print("\nlearning curve (test F1 / AUROC, thresholds from dev):")
         for row in res["curve"]:
             print(json.dumps(row))

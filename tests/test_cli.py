@@ -99,6 +99,35 @@ def test_eval_dev_and_quality_py_choose_the_same_threshold_from_the_same_dev_fil
     assert other["dev_at"]["dev"]["processbench_f1"] == fixed["processbench_f1"] and other["dev_at"]["dev"]["auroc"] == fixed["auroc"]
 
 
+
+def test_quality_py_learning_curve_carries_the_threshold_transfer_of_every_snapshot(tiny_checkpoint, synthetic_files, tmp_path):
+    """The threshold-source rule (docs/results.md) is judged on the snapshots too: each curve row holds every
+    other dev split's F1 at every source's threshold, the same figures the checkpoint's own report gives."""
+    import importlib.util
+    import shutil
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "quality.py"
+    spec = importlib.util.spec_from_file_location("quality", path)
+    quality = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(quality)
+    bench = tmp_path / "pb.json"
+    bench.write_text(json.dumps([
+        {"id": "a", "problem": "What is 2 + 3?", "steps": ["2 + 3 = 6.", "So 6."], "final_answer_correct": False, "label": 0},
+        {"id": "b", "problem": "What is 2 + 2?", "steps": ["2 + 2 = 4.", "So 4."], "final_answer_correct": True, "label": -1}]))
+    shutil.copytree(tiny_checkpoint, tmp_path / "snapshots" / "step-3")  # a snapshot with the final weights: equal figures
+    out = tmp_path / "q.json"
+    assert quality.main(["--model", str(tiny_checkpoint), "--dev", str(synthetic_files["dev"]), "--test", str(bench),
+                         "--other-dev", f"other={synthetic_files['test']}", "--snapshots", str(tmp_path / "snapshots"),
+                         "--output", str(out)]) == 0
+    res = json.loads(out.read_text())
+    snap, final = res["curve"]
+    at = res["other_devs"]["other"]["dev_at"]
+    for row in (snap, final):
+        assert row["other-dev@dev/threshold"] == res["thresholds"]["composed"] == at["dev"]["threshold"]
+        assert row["other-dev@dev/processbench_f1"] == at["dev"]["processbench_f1"]
+        assert row["other-dev@other/processbench_f1"] == at["other"]["processbench_f1"] == res["other_devs"]["other"]["dev"]["composed"]["processbench_f1"]
+
 def test_eval_on_processbench_format(tiny_checkpoint, tmp_path):
     items = [
         {"id": "a", "generator": "g", "problem": "What is 2 + 3?", "steps": ["2 + 3 = 6.", "So 6."], "final_answer_correct": False, "label": 0},
