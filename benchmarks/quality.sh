@@ -24,6 +24,10 @@ EXCLUDE="--exclude $DATA/processbench/gsm8k.json --exclude $DATA/processbench/ma
   $(for s in prmbench prm800k; do printf -- '--dev-with runs/data/%s/dev.jsonl --train-with runs/data/%s/train.jsonl ' $s $s; done)
 [ -z "${DATA_ONLY:-}" ] || exit 0   # DATA_ONLY=1: only build (or reuse) the data (benchmarks/gpu_recipe.sh)
 $BIN/prm-distill train --config "$CONFIG" optim.output_dir="$OUT" "$@"
+# Thresholds from the policy's own labelled samples (docs/results.md): read beside the four-split rule when the
+# real-policy dev side exists (benchmarks/policy_source.sh writes it).
+POLICY_DEV=${POLICY_DEV:-runs/policy/labels-dev/labels.jsonl}
+[ ! -f "$POLICY_DEV" ] || QUALITY_ARGS="${QUALITY_ARGS:-} --other-dev policy=$POLICY_DEV"
 $BIN/python benchmarks/quality.py --model "$OUT" $(for s in gsm8k prmbench prm800k math; do printf -- '--dev runs/data/%s/dev.jsonl ' "$s"; done) \
   --test "$DATA/processbench/gsm8k.json" --test "$DATA/processbench/math.json" \
   --snapshots "$OUT/snapshots" --output "$OUT/quality.json" ${QUALITY_ARGS:-}
