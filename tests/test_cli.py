@@ -52,16 +52,30 @@ def test_eval_limit_is_a_seeded_sample_not_the_first_items(tiny_checkpoint, tmp_
     assert main(args) == 0 and json.loads(out.read_text()) == first  # seeded: the same sample again
 
 
-def test_eval_dev_and_quality_py_choose_the_same_threshold_from_the_same_dev_files(tiny_checkpoint, synthetic_files, tmp_path):
+def _quality_py():
+    """benchmarks/quality.py as a module (it is a script, not part of the package)."""
     import importlib.util
     from pathlib import Path
 
-    from prm_distill.evaluate import DEV_LIMIT
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "quality.py"
-    spec = importlib.util.spec_from_file_location("quality", path)
+    spec = importlib.util.spec_from_file_location("quality", Path(__file__).resolve().parents[1] / "benchmarks" / "quality.py")
     quality = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(quality)
+    return quality
+
+
+def _two_item_processbench(tmp_path):
+    """A ProcessBench file of one erroneous (first error at step 0) and one correct solution."""
+    bench = tmp_path / "pb.json"
+    bench.write_text(json.dumps([
+        {"id": "a", "problem": "What is 2 + 3?", "steps": ["2 + 3 = 6.", "So 6."], "final_answer_correct": False, "label": 0},
+        {"id": "b", "problem": "What is 2 + 2?", "steps": ["2 + 2 = 4.", "So 4."], "final_answer_correct": True, "label": -1}]))
+    return bench
+
+
+def test_eval_dev_and_quality_py_choose_the_same_threshold_from_the_same_dev_files(tiny_checkpoint, synthetic_files, tmp_path):
+    from prm_distill.evaluate import DEV_LIMIT
+
+    quality = _quality_py()
     cap = json.loads((tiny_checkpoint / "prm_distill.json").read_text())["verifier"]["cap"]
     res = quality.evaluate_checkpoint(str(tiny_checkpoint), [str(synthetic_files["dev"])], [], DEV_LIMIT, cap)
     out = tmp_path / "r.json"
@@ -75,10 +89,7 @@ def test_eval_dev_and_quality_py_choose_the_same_threshold_from_the_same_dev_fil
 
     # --other-dev: thresholds also chosen on other files, by the same rule as `eval --dev` on those files,
     # and the one scoring of the test items read with them (the same files give the same report).
-    bench = tmp_path / "pb.json"
-    bench.write_text(json.dumps([
-        {"id": "a", "problem": "What is 2 + 3?", "steps": ["2 + 3 = 6.", "So 6."], "final_answer_correct": False, "label": 0},
-        {"id": "b", "problem": "What is 2 + 2?", "steps": ["2 + 2 = 4.", "So 4."], "final_answer_correct": True, "label": -1}]))
+    bench = _two_item_processbench(tmp_path)
     both = quality.evaluate_checkpoint(str(tiny_checkpoint), [str(synthetic_files["dev"])], [str(bench)], DEV_LIMIT, cap,
                                        other_devs={"same": [str(synthetic_files["dev"])], "other": [str(synthetic_files["test"])]})
     assert both["other_devs"]["same"]["thresholds"] == both["thresholds"] and both["other_devs"]["same"]["test"] == both["test"]
@@ -103,18 +114,10 @@ def test_eval_dev_and_quality_py_choose_the_same_threshold_from_the_same_dev_fil
 def test_quality_py_learning_curve_carries_the_threshold_transfer_of_every_snapshot(tiny_checkpoint, synthetic_files, tmp_path):
     """The threshold-source rule (docs/results.md) is judged on the snapshots too: each curve row holds every
     other dev split's F1 at every source's threshold, the same figures the checkpoint's own report gives."""
-    import importlib.util
     import shutil
-    from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "quality.py"
-    spec = importlib.util.spec_from_file_location("quality", path)
-    quality = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(quality)
-    bench = tmp_path / "pb.json"
-    bench.write_text(json.dumps([
-        {"id": "a", "problem": "What is 2 + 3?", "steps": ["2 + 3 = 6.", "So 6."], "final_answer_correct": False, "label": 0},
-        {"id": "b", "problem": "What is 2 + 2?", "steps": ["2 + 2 = 4.", "So 4."], "final_answer_correct": True, "label": -1}]))
+    quality = _quality_py()
+    bench = _two_item_processbench(tmp_path)
     shutil.copytree(tiny_checkpoint, tmp_path / "snapshots" / "step-3")  # a snapshot with the final weights: equal figures
     out = tmp_path / "q.json"
     assert quality.main(["--model", str(tiny_checkpoint), "--dev", str(synthetic_files["dev"]), "--test", str(bench),
