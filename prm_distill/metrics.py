@@ -69,6 +69,22 @@ def paired_auroc_difference(scores_a, scores_b, labels, *, n_boot: int = 1000, s
     return {"difference": float(diff), "low": float(lo), "high": float(hi), "level": level, "n_boot": len(boots)}
 
 
+def position_profile(scores, labels, last: int = 8) -> list[dict[str, float]]:
+    """Mean score of good and of bad steps at each step position (0-based; positions >= `last` pooled into
+    one row). One threshold serves every position, so a student whose good steps score lower the later
+    they come (the position bias an LLM judge is known for) must choose it low and miss errors it ranks
+    right within a position; this shows that drift. Unsupervised and 0.5 steps are left out, as in AUROC."""
+    good: list[list[float]] = [[] for _ in range(last + 1)]
+    bad: list[list[float]] = [[] for _ in range(last + 1)]
+    for ss, ls in zip(scores, labels):
+        for i, (s, lab) in enumerate(zip(ss, ls or [])):
+            if lab is None or lab == 0.5:
+                continue
+            (good if lab > 0.5 else bad)[min(i, last)].append(float(s))
+    return [{"position": k, "n_good": len(g), "n_bad": len(b), "mean_good": float(np.mean(g)) if g else NAN,
+             "mean_bad": float(np.mean(b)) if b else NAN} for k, (g, b) in enumerate(zip(good, bad))]
+
+
 def step_accuracy(scores, labels, threshold: float = 0.5) -> float:
     """Share of supervised, non-neutral steps where (score >= threshold) == (label > 0.5): the
     student's agreement with the labels at that threshold."""

@@ -7,6 +7,7 @@ from prm_distill.metrics import (
     expected_calibration_error,
     first_below,
     paired_auroc_difference,
+    position_profile,
     processbench_f1,
     report,
     step_accuracy,
@@ -118,3 +119,20 @@ def test_best_threshold_takes_the_middle_of_the_best_plateau():
 def test_best_threshold_is_one_half_when_f1_is_undefined():
     # dev items of one class (no all-correct item): F1 is undefined at every threshold
     assert best_threshold([[0.9, 0.1], [0.3]], [1, 0]) == 0.5
+
+
+def test_position_profile_means_good_and_bad_steps_by_position_pooling_the_tail():
+    scores = [[0.9, 0.2, 0.7], [0.8, 0.6, 0.1, 0.5, 0.3]]
+    labels = [[1.0, 0.0, None], [1.0, 1.0, 0.0, 0.5, 0.0]]
+    rows = position_profile(scores, labels, last=2)
+    assert [r["position"] for r in rows] == [0, 1, 2]
+    # position 0: good 0.9 and 0.8 -> 0.85; no bad step
+    assert (rows[0]["n_good"], rows[0]["n_bad"]) == (2, 0)
+    assert rows[0]["mean_good"] == pytest.approx(0.85) and math.isnan(rows[0]["mean_bad"])
+    # position 1: good 0.6, bad 0.2
+    assert rows[1]["mean_good"] == pytest.approx(0.6) and rows[1]["mean_bad"] == pytest.approx(0.2)
+    # positions >= 2 pooled: bad 0.1 (pos 2) and 0.3 (pos 4); the unlabelled 0.7 and the soft 0.5 are left out
+    assert (rows[2]["n_good"], rows[2]["n_bad"]) == (0, 2)
+    assert rows[2]["mean_bad"] == pytest.approx(0.2) and math.isnan(rows[2]["mean_good"])
+    # a record without labels counts nowhere
+    assert position_profile([[0.4]], [None], last=0)[0]["n_good"] == 0
