@@ -21,7 +21,7 @@ from pathlib import Path
 from prm_distill.atomic import write_json
 from prm_distill.checkpoint import read_sidecar
 from prm_distill.evaluate import DEV_LIMIT, dev_sample
-from prm_distill.metrics import best_threshold, report
+from prm_distill.metrics import best_threshold, position_profile, report
 from prm_distill.records import load_records
 from prm_distill.serve import PRMEngine
 from prm_distill.verify import DEFAULT_CAP, apply_rule, rule
@@ -65,12 +65,15 @@ def evaluate_checkpoint(model: str, dev_files: list[str], tests: list[str], dev_
                  "thresholds": thresholds, "dev": {}, "test": {}, "n_dev": len(dev)}
     for v in VARIANTS:
         out["dev"][v] = report(dev_scores[v], [r.labels for r in dev], [r.first_error for r in dev], thresholds[v])
+    # the composed scores of good and bad steps by position, on every dev split: the drift one threshold must live with
+    out["position_profile"] = {"dev": position_profile(dev_scores["composed"], [r.labels for r in dev])}
     others: dict[str, dict] = {}
     odevs: dict[str, tuple[list, dict[str, list[list[float]]]]] = {}
     for name, files in (other_devs or {}).items():
         odev = dev_sample(files, "jsonl", dev_limit)
         oscores, othr = _thresholds(engine, odev, cap)
         odevs[name] = (odev, oscores)
+        out["position_profile"][name] = position_profile(oscores["composed"], [r.labels for r in odev])
         others[name] = {"dev_files": files, "n_dev": len(odev), "thresholds": othr, "test": {},
                         "dev": {v: report(oscores[v], [r.labels for r in odev], [r.first_error for r in odev], othr[v]) for v in VARIANTS}}
     # threshold transfer on the dev side: each other dev split read at every source's composed threshold
@@ -103,7 +106,14 @@ def table(res: dict) -> str:
     for name, o in res.get("other_devs", {}).items():
         lines.append(f"{name} dev read at each source's composed threshold:")
         lines += _rows(name, {f"@{src}": r for src, r in o["dev_at"].items()})
+    lines.append("composed scores by step position, mean over good / bad steps (the last position pools the rest):")
+    for name, rows in res.get("position_profile", {}).items():
+        lines.append(f"{name:10}" + " ".join(f"{r['position']}:{_f2(r['mean_good'])}/{_f2(r['mean_bad'])}" for r in rows))
     return "\n".join(lines)
+
+
+def _f2(x: float) -> str:
+    return "-" if x != x else f"{x:.2f}"
 
 
 def _rows(split: str, by_v: dict) -> list[str]:

@@ -131,6 +131,35 @@ def test_quality_py_learning_curve_carries_the_threshold_transfer_of_every_snaps
         assert row["other-dev@dev/processbench_f1"] == at["dev"]["processbench_f1"]
         assert row["other-dev@other/processbench_f1"] == at["other"]["processbench_f1"] == res["other_devs"]["other"]["dev"]["composed"]["processbench_f1"]
 
+def test_position_profile_in_eval_and_quality_py_counts_every_supervised_step(tiny_checkpoint, synthetic_files, tmp_path):
+    """Both reports carry the composed scores' mean by step position, over every good and bad step of the file
+    (positions from 8 on pooled), and the two agree on the same file."""
+    from prm_distill.evaluate import DEV_LIMIT
+
+    recs = read_jsonl(synthetic_files["test"])
+    counts = [[0, 0] for _ in range(9)]
+    for r in recs:
+        for i, lab in enumerate(r.labels or []):
+            if lab is not None and lab != 0.5:
+                counts[min(i, 8)][0 if lab > 0.5 else 1] += 1
+    assert sum(g + b for g, b in counts) > 0
+    out = tmp_path / "r.json"
+    assert main(["eval", "--model", str(tiny_checkpoint), "--data", str(synthetic_files["test"]), "--threshold", "0.5", "--output", str(out)]) == 0
+    prof = json.loads(out.read_text())["position_profile"]
+    assert [[row["n_good"], row["n_bad"]] for row in prof] == counts
+    quality = _quality_py()
+    cap = json.loads((tiny_checkpoint / "prm_distill.json").read_text())["verifier"]["cap"]
+    assert len(recs) < DEV_LIMIT  # the whole file is the other dev split's sample
+    res = quality.evaluate_checkpoint(str(tiny_checkpoint), [str(synthetic_files["dev"])], [], DEV_LIMIT, cap,
+                                      other_devs={"t": [str(synthetic_files["test"])]})
+    assert set(res["position_profile"]) == {"dev", "t"}
+    for a, b in zip(res["position_profile"]["t"], prof):
+        assert (a["n_good"], a["n_bad"]) == (b["n_good"], b["n_bad"])
+        for k in ("mean_good", "mean_bad"):  # a class absent at a position: NaN here, null in eval's JSON
+            assert a[k] == pytest.approx(b[k]) if b[k] is not None else a[k] != a[k]
+    assert "composed scores by step position" in quality.table(res)
+
+
 def test_eval_on_processbench_format(tiny_checkpoint, tmp_path):
     items = [
         {"id": "a", "generator": "g", "problem": "What is 2 + 3?", "steps": ["2 + 3 = 6.", "So 6."], "final_answer_correct": False, "label": 0},
