@@ -21,7 +21,7 @@ from pathlib import Path
 from prm_distill.atomic import write_json
 from prm_distill.checkpoint import read_sidecar
 from prm_distill.evaluate import DEV_LIMIT, dev_sample
-from prm_distill.metrics import best_threshold, position_profile, report
+from prm_distill.metrics import best_threshold, fmt, position_profile, report
 from prm_distill.records import load_records
 from prm_distill.serve import PRMEngine
 from prm_distill.verify import DEFAULT_CAP, apply_rule, rule
@@ -108,12 +108,8 @@ def table(res: dict) -> str:
         lines += _rows(name, {f"@{src}": r for src, r in o["dev_at"].items()})
     lines.append("composed scores by step position, mean over good / bad steps (the last position pools the rest):")
     for name, rows in res.get("position_profile", {}).items():
-        lines.append(f"{name:10}" + " ".join(f"{r['position']}:{_f2(r['mean_good'])}/{_f2(r['mean_bad'])}" for r in rows))
+        lines.append(f"{name:10}" + " ".join(f"{r['position']}:{fmt(r['mean_good'], 2)}/{fmt(r['mean_bad'], 2)}" for r in rows))
     return "\n".join(lines)
-
-
-def _f2(x: float) -> str:
-    return "-" if x != x else f"{x:.2f}"
 
 
 def _rows(split: str, by_v: dict) -> list[str]:

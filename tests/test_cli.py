@@ -131,6 +131,7 @@ def test_quality_py_learning_curve_carries_the_threshold_transfer_of_every_snaps
         assert row["other-dev@dev/processbench_f1"] == at["dev"]["processbench_f1"]
         assert row["other-dev@other/processbench_f1"] == at["other"]["processbench_f1"] == res["other_devs"]["other"]["dev"]["composed"]["processbench_f1"]
 
+
 def test_position_profile_in_eval_and_quality_py_counts_every_supervised_step(tiny_checkpoint, synthetic_files, tmp_path):
     """Both reports carry the composed scores' mean by step position, over every good and bad step of the file
     (positions from 8 on pooled), and the two agree on the same file."""
