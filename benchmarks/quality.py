@@ -21,7 +21,7 @@ from pathlib import Path
 from prm_distill.atomic import write_json
 from prm_distill.checkpoint import read_sidecar
 from prm_distill.evaluate import DEV_LIMIT, dev_sample
-from prm_distill.metrics import best_threshold, fmt, position_profile, report
+from prm_distill.metrics import best_threshold, final_step_profile, fmt, position_profile, report
 from prm_distill.records import load_records
 from prm_distill.serve import PRMEngine
 from prm_distill.verify import DEFAULT_CAP, apply_rule, rule
@@ -67,6 +67,8 @@ def evaluate_checkpoint(model: str, dev_files: list[str], tests: list[str], dev_
         out["dev"][v] = report(dev_scores[v], [r.labels for r in dev], [r.first_error for r in dev], thresholds[v])
     # the composed scores of good and bad steps by position, on every dev split: the drift one threshold must live with
     out["position_profile"] = {"dev": position_profile(dev_scores["composed"], [r.labels for r in dev])}
+    # and split by final step vs earlier ones: a student that doubts every answer step shows it here
+    out["final_step"] = {"dev": final_step_profile(dev_scores["composed"], [r.labels for r in dev])}
     others: dict[str, dict] = {}
     odevs: dict[str, tuple[list, dict[str, list[list[float]]]]] = {}
     for name, files in (other_devs or {}).items():
@@ -74,6 +76,7 @@ def evaluate_checkpoint(model: str, dev_files: list[str], tests: list[str], dev_
         oscores, othr = _thresholds(engine, odev, cap)
         odevs[name] = (odev, oscores)
         out["position_profile"][name] = position_profile(oscores["composed"], [r.labels for r in odev])
+        out["final_step"][name] = final_step_profile(oscores["composed"], [r.labels for r in odev])
         others[name] = {"dev_files": files, "n_dev": len(odev), "thresholds": othr, "test": {},
                         "dev": {v: report(oscores[v], [r.labels for r in odev], [r.first_error for r in odev], othr[v]) for v in VARIANTS}}
     # threshold transfer on the dev side: each other dev split read at every source's composed threshold
@@ -109,6 +112,9 @@ def table(res: dict) -> str:
     lines.append("composed scores by step position, mean over good / bad steps (the last position pools the rest):")
     for name, rows in res.get("position_profile", {}).items():
         lines.append(f"{name:10}" + " ".join(f"{r['position']}:{fmt(r['mean_good'], 2)}/{fmt(r['mean_bad'], 2)}" for r in rows))
+    lines.append("composed scores of final and earlier steps, mean over good / bad steps:")
+    for name, parts in res.get("final_step", {}).items():
+        lines.append(f"{name:10}" + " ".join(f"{k}:{fmt(r['mean_good'], 2)}/{fmt(r['mean_bad'], 2)}" for k, r in parts.items()))
     return "\n".join(lines)
 
 

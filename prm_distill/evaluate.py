@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .calibration import decision_threshold
-from .metrics import best_threshold, fmt, position_profile, report
+from .metrics import best_threshold, final_step_profile, fmt, position_profile, report
 from .protocol import StepScorer
 from .records import Trajectory, load_records, sample_questions
 
@@ -69,7 +69,8 @@ def evaluate_files(
     overall = report(all_scores, [r.labels for r in all_records], [r.first_error for r in all_records], thr)
     verifier = getattr(engine, "verifier_rule", None)
     return {**overall, "threshold_source": source, "model": engine.model_id, "format": fmt, "verifier": verifier, "files": per_file,
-            "position_profile": position_profile(all_scores, [r.labels for r in all_records])}
+            "position_profile": position_profile(all_scores, [r.labels for r in all_records]),
+            "final_step": final_step_profile(all_scores, [r.labels for r in all_records])}
 
 
 def format_report(rep: dict) -> str:

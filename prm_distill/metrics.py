@@ -85,6 +85,27 @@ def position_profile(scores, labels, last: int = 8) -> list[dict[str, float]]:
              "mean_bad": float(np.mean(b)) if b else NAN} for k, (g, b) in enumerate(zip(good, bad))]
 
 
+def final_step_profile(scores, labels) -> dict[str, dict[str, float]]:
+    """Mean score of good and of bad steps, split into each item's final step and its earlier steps. Every
+    solution ends in an answer step, so a student that cannot tell a right final answer from a wrong one (its
+    training data label answer steps 0 about as often as 1) scores every final step low, and one threshold
+    must then be chosen low enough to pass correct solutions' endings. Unsupervised and 0.5 steps are left
+    out, as in AUROC."""
+    out = {}
+    for part in ("final", "earlier"):
+        good: list[float] = []
+        bad: list[float] = []
+        for ss, ls in zip(scores, labels):
+            last = len(ss) - 1
+            for i, (s, lab) in enumerate(zip(ss, ls or [])):
+                if lab is None or lab == 0.5 or (i == last) != (part == "final"):
+                    continue
+                (good if lab > 0.5 else bad).append(float(s))
+        out[part] = {"n_good": len(good), "n_bad": len(bad), "mean_good": float(np.mean(good)) if good else NAN,
+                     "mean_bad": float(np.mean(bad)) if bad else NAN}
+    return out
+
+
 def step_accuracy(scores, labels, threshold: float = 0.5) -> float:
     """Share of supervised, non-neutral steps where (score >= threshold) == (label > 0.5): the
     student's agreement with the labels at that threshold."""

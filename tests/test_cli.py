@@ -159,6 +159,17 @@ def test_position_profile_in_eval_and_quality_py_counts_every_supervised_step(ti
         for k in ("mean_good", "mean_bad"):  # a class absent at a position: NaN here, null in eval's JSON
             assert a[k] == pytest.approx(b[k]) if b[k] is not None else a[k] != a[k]
     assert "composed scores by step position" in quality.table(res)
+    # the final-step split: each record's last step against its earlier ones, counted by hand from the same file
+    final = [[0, 0], [0, 0]]
+    for r in recs:
+        for i, lab in enumerate(r.labels or []):
+            if lab is not None and lab != 0.5:
+                final[0 if i == len(r.steps) - 1 else 1][0 if lab > 0.5 else 1] += 1
+    assert final[0][0] and final[1][1]  # the file has right final steps and wrong earlier ones
+    fin = json.loads(out.read_text())["final_step"]
+    assert [[fin[k]["n_good"], fin[k]["n_bad"]] for k in ("final", "earlier")] == final
+    assert [[res["final_step"]["t"][k]["n_good"], res["final_step"]["t"][k]["n_bad"]] for k in ("final", "earlier")] == final
+    assert "composed scores of final and earlier steps" in quality.table(res)
 
 
 def test_eval_on_processbench_format(tiny_checkpoint, tmp_path):

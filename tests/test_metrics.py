@@ -7,6 +7,7 @@ from prm_distill.metrics import (
     expected_calibration_error,
     first_below,
     paired_auroc_difference,
+    final_step_profile,
     position_profile,
     processbench_f1,
     report,
@@ -136,3 +137,16 @@ def test_position_profile_means_good_and_bad_steps_by_position_pooling_the_tail(
     assert rows[2]["mean_bad"] == pytest.approx(0.2) and math.isnan(rows[2]["mean_good"])
     # a record without labels counts nowhere
     assert position_profile([[0.4]], [None], last=0)[0]["n_good"] == 0
+
+
+def test_final_step_profile_splits_each_items_last_step_from_its_earlier_ones():
+    scores = [[0.9, 0.4], [0.8, 0.7, 0.2], [0.6, 0.3], [0.5], [0.1, 0.35, 0.05]]
+    labels = [[1.0, 1.0], [1.0, 1.0, 0.0], [1.0, None], None, [0.0, 0.5, 0.0]]
+    prof = final_step_profile(scores, labels)
+    # final steps: good 0.4; bad 0.2 and 0.05; an unlabelled last step (0.3) and a record without labels count nowhere
+    assert (prof["final"]["n_good"], prof["final"]["n_bad"]) == (1, 2)
+    assert prof["final"]["mean_good"] == pytest.approx(0.4) and prof["final"]["mean_bad"] == pytest.approx(0.125)
+    # earlier steps: good 0.9, 0.8, 0.7, 0.6 -> 0.75; bad 0.1; the soft 0.35 is left out
+    assert (prof["earlier"]["n_good"], prof["earlier"]["n_bad"]) == (4, 1)
+    assert prof["earlier"]["mean_good"] == pytest.approx(0.75) and prof["earlier"]["mean_bad"] == pytest.approx(0.1)
+    assert math.isnan(final_step_profile([[0.5]], [[1.0]])["earlier"]["mean_good"])
