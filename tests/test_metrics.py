@@ -5,9 +5,9 @@ import pytest
 from prm_distill.metrics import (
     best_threshold,
     expected_calibration_error,
+    final_step_profile,
     first_below,
     paired_auroc_difference,
-    final_step_profile,
     position_profile,
     processbench_f1,
     report,
