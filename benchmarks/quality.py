@@ -65,18 +65,22 @@ def evaluate_checkpoint(model: str, dev_files: list[str], tests: list[str], dev_
                  "thresholds": thresholds, "dev": {}, "test": {}, "n_dev": len(dev)}
     for v in VARIANTS:
         out["dev"][v] = report(dev_scores[v], [r.labels for r in dev], [r.first_error for r in dev], thresholds[v])
-    # the composed scores of good and bad steps by position, on every dev split: the drift one threshold must live with
-    out["position_profile"] = {"dev": position_profile(dev_scores["composed"], [r.labels for r in dev])}
-    # and split by final step vs earlier ones: a student that doubts every answer step shows it here
-    out["final_step"] = {"dev": final_step_profile(dev_scores["composed"], [r.labels for r in dev])}
+    # the composed scores of good and bad steps by position (the drift one threshold must live with) and by final
+    # step vs earlier ones (a student that doubts every answer step), on every dev split
+    out["position_profile"], out["final_step"] = {}, {}
+
+    def profiles(name: str, scores: dict[str, list[list[float]]], records: list) -> None:
+        out["position_profile"][name] = position_profile(scores["composed"], [r.labels for r in records])
+        out["final_step"][name] = final_step_profile(scores["composed"], [r.labels for r in records])
+
+    profiles("dev", dev_scores, dev)
     others: dict[str, dict] = {}
     odevs: dict[str, tuple[list, dict[str, list[list[float]]]]] = {}
     for name, files in (other_devs or {}).items():
         odev = dev_sample(files, "jsonl", dev_limit)
         oscores, othr = _thresholds(engine, odev, cap)
         odevs[name] = (odev, oscores)
-        out["position_profile"][name] = position_profile(oscores["composed"], [r.labels for r in odev])
-        out["final_step"][name] = final_step_profile(oscores["composed"], [r.labels for r in odev])
+        profiles(name, oscores, odev)
         others[name] = {"dev_files": files, "n_dev": len(odev), "thresholds": othr, "test": {},
                         "dev": {v: report(oscores[v], [r.labels for r in odev], [r.first_error for r in odev], othr[v]) for v in VARIANTS}}
     # threshold transfer on the dev side: each other dev split read at every source's composed threshold

@@ -12,7 +12,7 @@ Conventions (documented in the README):
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -69,20 +69,27 @@ def paired_auroc_difference(scores_a, scores_b, labels, *, n_boot: int = 1000, s
     return {"difference": float(diff), "low": float(lo), "high": float(hi), "level": level, "n_boot": len(boots)}
 
 
+def _good_bad_means(scores, labels, group: Callable[[int, int], Any], groups: Sequence[Any]) -> dict[Any, dict[str, float]]:
+    """Number and mean score of good and of bad steps in each group; `group(i, n)` names the group of step i
+    of an item of n steps. Unsupervised and 0.5 steps are left out, as in AUROC."""
+    good: dict[Any, list[float]] = {g: [] for g in groups}
+    bad: dict[Any, list[float]] = {g: [] for g in groups}
+    for ss, ls in zip(scores, labels):
+        for i, (s, lab) in enumerate(zip(ss, ls or [])):
+            if lab is None or lab == 0.5:
+                continue
+            (good if lab > 0.5 else bad)[group(i, len(ss))].append(float(s))
+    return {k: {"n_good": len(good[k]), "n_bad": len(bad[k]), "mean_good": float(np.mean(good[k])) if good[k] else NAN,
+                "mean_bad": float(np.mean(bad[k])) if bad[k] else NAN} for k in groups}
+
+
 def position_profile(scores, labels, last: int = 8) -> list[dict[str, float]]:
     """Mean score of good and of bad steps at each step position (0-based; positions >= `last` pooled into
     one row). One threshold serves every position, so a student whose good steps score lower the later
     they come (the position bias an LLM judge is known for) must choose it low and miss errors it ranks
     right within a position; this shows that drift. Unsupervised and 0.5 steps are left out, as in AUROC."""
-    good: list[list[float]] = [[] for _ in range(last + 1)]
-    bad: list[list[float]] = [[] for _ in range(last + 1)]
-    for ss, ls in zip(scores, labels):
-        for i, (s, lab) in enumerate(zip(ss, ls or [])):
-            if lab is None or lab == 0.5:
-                continue
-            (good if lab > 0.5 else bad)[min(i, last)].append(float(s))
-    return [{"position": k, "n_good": len(g), "n_bad": len(b), "mean_good": float(np.mean(g)) if g else NAN,
-             "mean_bad": float(np.mean(b)) if b else NAN} for k, (g, b) in enumerate(zip(good, bad))]
+    rows = _good_bad_means(scores, labels, lambda i, n: min(i, last), range(last + 1))
+    return [{"position": k, **row} for k, row in rows.items()]
 
 
 def final_step_profile(scores, labels) -> dict[str, dict[str, float]]:
@@ -91,19 +98,7 @@ def final_step_profile(scores, labels) -> dict[str, dict[str, float]]:
     training data label answer steps 0 about as often as 1) scores every final step low, and one threshold
     must then be chosen low enough to pass correct solutions' endings. Unsupervised and 0.5 steps are left
     out, as in AUROC."""
-    out = {}
-    for part in ("final", "earlier"):
-        good: list[float] = []
-        bad: list[float] = []
-        for ss, ls in zip(scores, labels):
-            last = len(ss) - 1
-            for i, (s, lab) in enumerate(zip(ss, ls or [])):
-                if lab is None or lab == 0.5 or (i == last) != (part == "final"):
-                    continue
-                (good if lab > 0.5 else bad).append(float(s))
-        out[part] = {"n_good": len(good), "n_bad": len(bad), "mean_good": float(np.mean(good)) if good else NAN,
-                     "mean_bad": float(np.mean(bad)) if bad else NAN}
-    return out
+    return _good_bad_means(scores, labels, lambda i, n: "final" if i == n - 1 else "earlier", ("final", "earlier"))
 
 
 def step_accuracy(scores, labels, threshold: float = 0.5) -> float:
