@@ -116,9 +116,10 @@ def table(res: dict) -> str:
     lines.append("composed scores by step position, mean over good / bad steps (the last position pools the rest):")
     for name, rows in res.get("position_profile", {}).items():
         lines.append(f"{name:10}" + " ".join(f"{r['position']}:{fmt(r['mean_good'], 2)}/{fmt(r['mean_bad'], 2)}" for r in rows))
-    lines.append("composed scores of final and earlier steps, mean over good / bad steps:")
+    lines.append("composed scores of final and earlier steps, mean over good / bad steps and AUROC within each:")
     for name, parts in res.get("final_step", {}).items():
-        lines.append(f"{name:10}" + " ".join(f"{k}:{fmt(r['mean_good'], 2)}/{fmt(r['mean_bad'], 2)}" for k, r in parts.items()))
+        lines.append(f"{name:10}" + " ".join(f"{k}:{fmt(r['mean_good'], 2)}/{fmt(r['mean_bad'], 2)} AUROC {fmt(r['auroc'])}"
+                                             for k, r in parts.items()))
     return "\n".join(lines)
 
 

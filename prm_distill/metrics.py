@@ -96,9 +96,20 @@ def final_step_profile(scores, labels) -> dict[str, dict[str, float]]:
     """Mean score of good and of bad steps, split into each item's final step and its earlier steps. Every
     solution ends in an answer step, so a student that cannot tell a right final answer from a wrong one (its
     training data label answer steps 0 about as often as 1) scores every final step low, and one threshold
-    must then be chosen low enough to pass correct solutions' endings. Unsupervised and 0.5 steps are left
-    out, as in AUROC."""
-    return _good_bad_means(scores, labels, lambda i, n: "final" if i == n - 1 else "earlier", ("final", "earlier"))
+    must then be chosen low enough to pass correct solutions' endings. Each part also gets its own step
+    `auroc`: on final steps it says whether right answers outrank wrong ones; on earlier steps it is free of
+    data whose first error is mostly the answer (a rule that blames the final step when only the answer is
+    wrong), which reward a student for doubting every final step. Unsupervised and 0.5 steps are left out,
+    as in AUROC."""
+    def part(i: int, n: int) -> str:
+        return "final" if i == n - 1 else "earlier"
+
+    rows: dict[str, dict[str, float]] = _good_bad_means(scores, labels, part, ("final", "earlier"))
+    for name, row in rows.items():
+        only = [None if ls is None else [lab if part(i, len(ss)) == name else None for i, lab in enumerate(ls)]
+                for ss, ls in zip(scores, labels)]
+        row["auroc"] = step_auroc(scores, only)
+    return rows
 
 
 def step_accuracy(scores, labels, threshold: float = 0.5) -> float:

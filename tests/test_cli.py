@@ -169,6 +169,9 @@ def test_position_profile_in_eval_and_quality_py_counts_every_supervised_step(ti
     fin = json.loads(out.read_text())["final_step"]
     assert [[fin[k]["n_good"], fin[k]["n_bad"]] for k in ("final", "earlier")] == final
     assert [[res["final_step"]["t"][k]["n_good"], res["final_step"]["t"][k]["n_bad"]] for k in ("final", "earlier")] == final
+    for k in ("final", "earlier"):  # the AUROC within each part: the same number from both paths (null in eval's JSON if one class)
+        a, b = fin[k]["auroc"], res["final_step"]["t"][k]["auroc"]
+        assert (a is None and b != b) or a == pytest.approx(b)
     assert "composed scores of final and earlier steps" in quality.table(res)
 
 

@@ -150,3 +150,18 @@ def test_final_step_profile_splits_each_items_last_step_from_its_earlier_ones():
     assert (prof["earlier"]["n_good"], prof["earlier"]["n_bad"]) == (4, 1)
     assert prof["earlier"]["mean_good"] == pytest.approx(0.75) and prof["earlier"]["mean_bad"] == pytest.approx(0.1)
     assert math.isnan(final_step_profile([[0.5]], [[1.0]])["earlier"]["mean_good"])
+
+
+def test_final_step_profile_ranks_final_and_earlier_steps_apart():
+    # final steps: good 0.2 against bad 0.3 and 0.6 -> no pair ranked right, AUROC 0;
+    # earlier steps: good 0.9 and 0.5 against bad 0.4 -> both pairs right, AUROC 1;
+    # pooled, good {0.9, 0.2, 0.5} against bad {0.3, 0.4, 0.6}: 3 + 0 + 2 of 9 pairs right
+    scores = [[0.9, 0.2], [0.5, 0.3], [0.4, 0.6]]
+    labels = [[1.0, 1.0], [1.0, 0.0], [0.0, 0.0]]
+    prof = final_step_profile(scores, labels)
+    assert prof["final"]["auroc"] == pytest.approx(0.0) and prof["earlier"]["auroc"] == pytest.approx(1.0)
+    assert step_auroc(scores, labels) == pytest.approx(5 / 9)
+    # one class in a part: no AUROC there; an unlabelled item changes nothing
+    one = final_step_profile([[0.9, 0.2], [0.5, 0.3]], [[1.0, 1.0], [1.0, None]])
+    assert math.isnan(one["final"]["auroc"]) and math.isnan(one["earlier"]["auroc"])
+    assert final_step_profile(scores + [[0.1]], labels + [None]) == prof
