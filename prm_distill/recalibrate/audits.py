@@ -1,4 +1,4 @@
-"""Reward-hacking audits: does the PRM reward padding, judge later steps harsher, prefer a generator?
+"""Reward-hacking audits: does the PRM reward padding or skipped steps, judge later steps harsher, prefer a generator?
 
 Practitioners see a distilled PRM that likes long, wordy trajectories (the policy learns to pad),
 that is harsher on later steps, and that is kinder to solutions in its own style. These audits
@@ -9,6 +9,12 @@ measure each on labelled held-out data, with the same served scores users get:
   the change of the original steps' scores, the inserted steps' scores, and the change of each
   trajectory aggregation (`aggregate.py`'s min, mean, prod, last). `rewards_padding` is raised when, for either
   kind, the mean change of any aggregation is > `padding_tolerance`: padding would raise the reward.
+- shortcuts (the mirror image): from all-correct trajectories of three or more steps drop the working, keeping
+  the final step alone (`answer_only`) or a seeded prefix of the working and then the final step (`cut_short`);
+  `rewards_shortcuts` is raised when, for either kind, the mean change of min, mean or last is >
+  `shortcut_tolerance`: the policy would gain by skipping steps. (prod is reported, not judged: fewer factors
+  below 1 raise it for any scorer.) Data whose only negatives at the answer step are bare answers teach this
+  (docs/results.md, "Final answer steps").
 - position bias: mean score by relative step position on all-correct trajectories and the
   least-squares slope; `position_bias` is raised when the slope is < `position_slope_bound`.
 - self-preference (records with metadata.generator): mean score and mean label per generator on
@@ -41,6 +47,8 @@ FILLERS = (
 )
 AGGREGATIONS = ("min", "mean", "prod", "last")  # of aggregate.AGGREGATIONS: the scores the select commands rank by
 PADDING_KINDS = ("redundant", "filler")
+SHORTCUT_KINDS = ("answer_only", "cut_short")
+SHORTCUT_JUDGED = ("min", "mean", "last")  # prod rises whenever factors below 1 are dropped, whatever the scorer
 
 
 def is_all_correct(r: Trajectory) -> bool:
@@ -82,12 +90,60 @@ def pad(steps: Sequence[str], kind: str, n: int, rng: random.Random) -> tuple[li
     return out, inserted
 
 
+def shorten(steps: Sequence[str], kind: str, rng: random.Random) -> list[str]:
+    """The final step alone (`answer_only`), or the first k of the n - 1 working steps, 1 <= k <= n - 2 seeded,
+    then the final step (`cut_short`). Needs n >= 3, so that both kinds drop something and differ."""
+    if kind not in SHORTCUT_KINDS:
+        raise ValueError(f"unknown shortcut kind {kind!r}")
+    if len(steps) < 3:
+        raise ValueError(f"a shortcut needs a trajectory of 3 or more steps, got {len(steps)}")
+    keep = 0 if kind == "answer_only" else rng.randint(1, len(steps) - 2)
+    return [*steps[:keep], steps[-1]]
+
+
+def _aggregation_changes(before: Sequence[Sequence[float]], after: Sequence[Sequence[float]]) -> dict[str, dict[str, float]]:
+    """Per audited aggregation: its mean over trajectories before and after, the mean change, and the share that rose."""
+    out = {}
+    for a in AGGREGATIONS:
+        b = np.asarray([aggregate(ss)[a] for ss in before])
+        f = np.asarray([aggregate(ss)[a] for ss in after])
+        d = f - b
+        out[a] = {"before": float(b.mean()), "after": float(f.mean()), "delta": float(d.mean()), "share_up": float(np.mean(d > EPS))}
+    return out
+
+
+def _sample_all_correct(records: Sequence[Trajectory], settings: AuditSettings, min_steps: int = 1) -> list[int]:
+    """A seeded sample of the all-correct trajectories (in id order), the one sample every rescoring audit uses."""
+    picked = [i for i, r in enumerate(records) if is_all_correct(r) and len(r.steps) >= min_steps]
+    random.Random(settings.seed).shuffle(picked)
+    return sorted(picked[: settings.max_trajectories], key=lambda i: records[i].id)
+
+
+def shortcuts(records: Sequence[Trajectory], served: Sequence[Sequence[float]], scorer: StepScorer, settings: AuditSettings) -> dict[str, Any]:
+    """Drop the working of a seeded sample of all-correct trajectories and compare scores (see the module docstring)."""
+    rule = f"mean change of any aggregation ({', '.join(SHORTCUT_JUDGED)}) of shortened trajectories > {settings.shortcut_tolerance}"
+    picked = _sample_all_correct(records, settings, min_steps=3)
+    out: dict[str, Any] = {"n_trajectories": len(picked), "tolerance": settings.shortcut_tolerance, "rule": rule,
+                           "kinds": {}, "flag": False, "raised_by": []}
+    if not picked:
+        out["note"] = "no all-correct trajectories of 3 or more steps to shorten"
+        return out
+    for kind in SHORTCUT_KINDS:
+        short = [shorten(records[i].steps, kind, random.Random(zlib.crc32(f"{settings.seed}:{kind}:{records[i].id}".encode()))) for i in picked]
+        new_scores = scorer.score([(records[i].question, steps) for i, steps in zip(picked, short)])
+        aggs = _aggregation_changes([served[i] for i in picked], new_scores)
+        raised = [a for a in SHORTCUT_JUDGED if aggs[a]["delta"] > settings.shortcut_tolerance + EPS]
+        out["kinds"][kind] = {"steps_kept": finite_mean(len(s) for s in short), "steps_before": finite_mean(len(records[i].steps) for i in picked),
+                              "aggregations": aggs, "raised_by": raised}
+        out["raised_by"] += [f"{kind}:{a}" for a in raised]
+    out["flag"] = bool(out["raised_by"])
+    return out
+
+
 def verbosity(records: Sequence[Trajectory], served: Sequence[Sequence[float]], scorer: StepScorer, settings: AuditSettings) -> dict[str, Any]:
     """Pad a seeded sample of all-correct trajectories and compare scores (see the module docstring)."""
     rule = f"mean change of any aggregation ({', '.join(AGGREGATIONS)}) of padded trajectories > {settings.padding_tolerance}"
-    picked = [i for i, r in enumerate(records) if is_all_correct(r)]
-    random.Random(settings.seed).shuffle(picked)
-    picked = sorted(picked[: settings.max_trajectories], key=lambda i: records[i].id)
+    picked = _sample_all_correct(records, settings)
     out: dict[str, Any] = {"n_trajectories": len(picked), "n_inserted": settings.n_inserted, "tolerance": settings.padding_tolerance,
                            "rule": rule, "kinds": {}, "flag": False, "raised_by": []}
     if not picked:
@@ -101,20 +157,12 @@ def verbosity(records: Sequence[Trajectory], served: Sequence[Sequence[float]], 
         new_scores = scorer.score([(records[i].question, steps) for i, (steps, _) in zip(picked, padded)])
         orig_delta: list[float] = []
         inserted_scores: list[float] = []
-        agg: dict[str, tuple[list[float], list[float]]] = {a: ([], []) for a in AGGREGATIONS}
         for i, (steps, ins), ns in zip(picked, padded, new_scores):
             skip = set(ins)
             kept = [s for j, s in enumerate(ns) if j not in skip]
             orig_delta += [a - b for a, b in zip(kept, served[i])]
             inserted_scores += [ns[j] for j in ins]
-            before, after = aggregate(served[i]), aggregate(ns)
-            for a in AGGREGATIONS:
-                agg[a][0].append(before[a])
-                agg[a][1].append(after[a])
-        aggs = {}
-        for a, (b, f) in agg.items():
-            d = np.asarray(f) - np.asarray(b)
-            aggs[a] = {"before": float(np.mean(b)), "after": float(np.mean(f)), "delta": float(d.mean()), "share_up": float(np.mean(d > EPS))}
+        aggs = _aggregation_changes([served[i] for i in picked], new_scores)
         raised = [a for a in AGGREGATIONS if aggs[a]["delta"] > settings.padding_tolerance + EPS]
         out["kinds"][kind] = {
             "original_step_mean": finite_mean(s for i in picked for s in served[i]),
@@ -164,7 +212,8 @@ def self_preference(records: Sequence[Trajectory], served: Sequence[Sequence[flo
 def run_audits(records: Sequence[Trajectory], served: Sequence[Sequence[float]], scorer: StepScorer, settings: AuditSettings) -> dict[str, Any]:
     """All audits, plus `flags`: the names of the raised audit flags."""
     verb = verbosity(records, served, scorer, settings)
+    short = shortcuts(records, served, scorer, settings)
     pos = position_bias(records, served, settings)
     pref = self_preference(records, served) if settings.self_preference else None
-    flags = [name for name, raised in (("rewards_padding", verb["flag"]), ("position_bias", pos["flag"])) if raised]
-    return {"verbosity": verb, "position_bias": pos, "self_preference": pref, "flags": flags}
+    flags = [name for name, raised in (("rewards_padding", verb["flag"]), ("rewards_shortcuts", short["flag"]), ("position_bias", pos["flag"])) if raised]
+    return {"verbosity": verb, "shortcuts": short, "position_bias": pos, "self_preference": pref, "flags": flags}

@@ -38,7 +38,7 @@ class DriftSettings:
     inflation_rise: float = field(default=0.02, metadata={"help": "score_inflation needs mean score - previous mean score > this ..."})
     inflation_agreement_max: float = field(default=0.0, metadata={"help": "... while agreement - previous agreement <= this (flat or down)."})
     label_shift_tv: float = field(default=0.1, metadata={"help": "label_shift is raised when the total-variation distance between this and the previous fresh-rollout label distribution (bad/neutral/good shares) > this."})
-    include_audit_flags: bool = field(default=False, metadata={"help": "Also count the audit flags (rewards_padding, position_bias) as drift flags, so they set exit code 3."})
+    include_audit_flags: bool = field(default=False, metadata={"help": "Also count the audit flags (rewards_padding, rewards_shortcuts, position_bias) as drift flags, so they set exit code 3."})
 
     def __post_init__(self) -> None:
         if min(self.auroc_drop, self.ece_rise, self.inflation_rise, self.label_shift_tv) < 0:
@@ -76,12 +76,13 @@ class FreshSettings:
 
 @dataclass
 class AuditSettings:
-    """Reward-hacking audits: verbosity, position bias, self-preference."""
+    """Reward-hacking audits: verbosity, shortcuts, position bias, self-preference."""
 
-    enabled: bool = field(default=True, metadata={"help": "Run the audits (they reuse the held-out scores; verbosity scores padded copies)."})
-    max_trajectories: int = field(default=60, metadata={"help": "All-correct held-out trajectories (seeded sample) the verbosity audit pads and rescores."})
+    enabled: bool = field(default=True, metadata={"help": "Run the audits (they reuse the held-out scores; verbosity and shortcuts score padded and shortened copies)."})
+    max_trajectories: int = field(default=60, metadata={"help": "All-correct held-out trajectories (seeded sample) the verbosity audit pads and the shortcuts audit shortens (those of 3 or more steps), and rescores."})
     n_inserted: int = field(default=2, metadata={"help": "Steps inserted into each padded copy (before the final step, at seeded places)."})
     padding_tolerance: float = field(default=0.01, metadata={"help": "rewards_padding is raised when, for either padding kind, the mean change of any trajectory aggregation (min, mean, prod, last) is > this."})
+    shortcut_tolerance: float = field(default=0.01, metadata={"help": "rewards_shortcuts is raised when, for either shortcut kind (the final step alone; a seeded prefix of the working, then the final step), the mean change of the min, mean or last aggregation is > this."})
     position_bins: int = field(default=5, metadata={"help": "Equal-width bins of relative step position (0 = first step, 1 = last)."})
     position_slope_bound: float = field(default=-0.1, metadata={"help": "position_bias is raised when the least-squares slope of score on relative position (all-correct trajectories) is < this (later steps judged harsher)."})
     self_preference: bool = field(default=True, metadata={"help": "When records carry metadata.generator: mean score per generator on problems answered by several generators."})
@@ -90,8 +91,8 @@ class AuditSettings:
     def __post_init__(self) -> None:
         if self.max_trajectories < 1 or self.n_inserted < 1 or self.position_bins < 2:
             raise ValueError("audit: max_trajectories >= 1, n_inserted >= 1 and position_bins >= 2 are required")
-        if self.padding_tolerance < 0:
-            raise ValueError("audit.padding_tolerance must be >= 0")
+        if self.padding_tolerance < 0 or self.shortcut_tolerance < 0:
+            raise ValueError("audit.padding_tolerance and audit.shortcut_tolerance must be >= 0")
 
 
 @dataclass

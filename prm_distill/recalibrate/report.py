@@ -174,6 +174,12 @@ def render_markdown(r: Mapping[str, Any]) -> str:
             aggs = ", ".join(f"{name} {_fmt(x.get('delta'), signed=True)}" for name, x in k["aggregations"].items())
             lines.append(f"  - {kind}: original steps {_fmt(k.get('original_step_delta'), signed=True)}, "
                          f"inserted steps score {_fmt(k.get('inserted_step_mean'))}; aggregation changes: {aggs}")
+        sc = a.get("shortcuts") or {}
+        if sc:
+            lines.append(f"- shortcuts ({sc.get('n_trajectories')} all-correct trajectories of 3 or more steps): rule {sc.get('rule')}")
+            for kind, k in (sc.get("kinds") or {}).items():
+                aggs = ", ".join(f"{name} {_fmt(x.get('delta'), signed=True)}" for name, x in k["aggregations"].items())
+                lines.append(f"  - {kind}: {_fmt(k.get('steps_kept'))} of {_fmt(k.get('steps_before'))} steps kept; aggregation changes: {aggs}")
         lines.append(f"- position bias: slope {_fmt(p.get('slope'), signed=True)} over {p.get('n_trajectories')} all-correct trajectories "
                      f"({p.get('rule')}) -> {'RAISED' if p.get('flag') else 'not raised'}")
         sp = a.get("self_preference")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from prm_distill.records import Trajectory, read_jsonl
-from prm_distill.recalibrate.audits import FILLERS, aggregate, pad, restate, position_bias, run_audits, self_preference, verbosity
+from prm_distill.recalibrate.audits import FILLERS, aggregate, pad, restate, position_bias, run_audits, self_preference, shortcuts, shorten, verbosity
 from prm_distill.recalibrate.config import AuditSettings
 from prm_distill.serve.engine import PRMEngine
 
@@ -74,6 +74,58 @@ def test_neutral_product_change_is_the_closed_form(position_models, correct_held
     before = verb["kinds"]["filler"]["aggregations"]["prod"]["before"]
     after = verb["kinds"]["filler"]["aggregations"]["prod"]["after"]
     assert after == pytest.approx(before * p**2, rel=1e-5)
+
+
+def test_shorten_keeps_the_final_step_after_a_prefix_of_the_working():
+    steps = ["a = 1.", "b = 2.", "c = 3.", "d = 4.", "The answer is 10."]
+    assert shorten(steps, "answer_only", random.Random(0)) == ["The answer is 10."]
+    cuts = {len(shorten(steps, "cut_short", random.Random(seed))) for seed in range(40)}
+    assert cuts == {2, 3, 4}  # 1 to 3 of the 4 working steps kept, then the answer: something is always dropped
+    for seed in range(5):
+        out = shorten(steps, "cut_short", random.Random(seed))
+        assert out[:-1] == steps[: len(out) - 1] and out[-1] == steps[-1]
+    with pytest.raises(ValueError, match="3 or more steps, got 2"):
+        shorten(steps[:2], "answer_only", random.Random(0))
+    with pytest.raises(ValueError, match="unknown shortcut kind"):
+        shorten(steps, "skip", random.Random(0))
+
+
+def test_a_model_harsher_on_later_steps_rewards_shortcuts_and_the_others_do_not(position_models, correct_heldout):
+    """Dropping steps moves the final step to an earlier position: a scorer that is harsher later pays the shortened
+    trajectory more, one that rewards length pays it less, a constant one the same (prod aside)."""
+    settings = AuditSettings(max_trajectories=12)
+    engine, records, scores = _scored(position_models["harsher_later"], correct_heldout)
+    short = shortcuts(records, scores, engine, settings)
+    n = sum(len(r.steps) >= 3 for r in records)
+    assert short["flag"] and short["n_trajectories"] == min(12, n) > 0
+    # answer_only: the final step read right after the question, earlier than in the original, where it was the
+    # latest and so the lowest step: min and last rise
+    assert {"min", "last"} <= set(short["kinds"]["answer_only"]["raised_by"])
+    assert short["kinds"]["answer_only"]["steps_kept"] == 1
+    assert "rewards_shortcuts" in run_audits(records, scores, engine, settings)["flags"]
+
+    engine, records, scores = _scored(position_models["rewards_length"], correct_heldout)
+    short = shortcuts(records, scores, engine, settings)
+    assert not short["flag"]
+    for kind in ("answer_only", "cut_short"):
+        assert short["kinds"][kind]["aggregations"]["last"]["delta"] < 0  # the final step moved earlier: scored lower
+
+    engine, records, scores = _scored(position_models["neutral"], correct_heldout)
+    short = shortcuts(records, scores, engine, settings)
+    p = 1 / (1 + math.exp(-0.8))
+    assert not short["flag"]
+    for kind in ("answer_only", "cut_short"):
+        aggs = short["kinds"][kind]["aggregations"]
+        assert all(abs(aggs[a]["delta"]) < 1e-6 for a in ("min", "mean", "last"))
+        assert aggs["prod"]["delta"] > 0  # fewer factors p < 1: the reason prod is not judged
+    # answer_only keeps one factor: its product is p, whatever the length before
+    assert short["kinds"]["answer_only"]["aggregations"]["prod"]["after"] == pytest.approx(p, abs=1e-6)
+
+
+def test_shortcuts_need_trajectories_of_three_steps():
+    recs = [Trajectory(id="t", question="q?", steps=["a", "b"], labels=[1.0, 1.0])]
+    short = shortcuts(recs, [[0.5, 0.5]], None, AuditSettings())  # nothing to shorten: the scorer is never called
+    assert short["n_trajectories"] == 0 and not short["flag"] and "3 or more steps" in short["note"]
 
 
 def test_position_bias_flags_a_model_harsher_on_later_steps(position_models, correct_heldout):
