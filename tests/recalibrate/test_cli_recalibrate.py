@@ -181,6 +181,9 @@ def test_a_model_built_to_reward_length_is_flagged_by_the_audit(position_models,
     assert recal("--model", position_models["rewards_length"], "--heldout", correct_heldout, "--output", out) == 0  # audits inform by default
     rep = json.loads((out / "report.json").read_text())
     assert rep["audits"]["flags"] == ["rewards_padding"] and rep["drift"] == [] and rep["training_ids_checked"] is False
+    short = rep["audits"]["shortcuts"]  # dropping the working moves the final step earlier: this model pays it less
+    assert short["n_trajectories"] > 0 and not short["flag"] and short["kinds"]["answer_only"]["aggregations"]["last"]["delta"] < 0
+    assert f"- shortcuts ({short['n_trajectories']} all-correct trajectories of 3 or more steps)" in (out / "report.md").read_text()
     assert main(["recalibrate", "--model", str(position_models["rewards_length"]), "--heldout", str(correct_heldout), "--output", str(tmp_path / "len2"),
                  "drift.include_audit_flags=true", "audit.max_trajectories=6"]) == 3
     assert json.loads((tmp_path / "len2" / "report.json").read_text())["drift"] == ["rewards_padding"]
