@@ -103,10 +103,11 @@ def shorten(steps: Sequence[str], kind: str, rng: random.Random) -> list[str]:
 
 def _aggregation_changes(before: Sequence[Sequence[float]], after: Sequence[Sequence[float]]) -> dict[str, dict[str, float]]:
     """Per audited aggregation: its mean over trajectories before and after, the mean change, and the share that rose."""
+    b_all, f_all = [aggregate(ss) for ss in before], [aggregate(ss) for ss in after]
     out = {}
     for a in AGGREGATIONS:
-        b = np.asarray([aggregate(ss)[a] for ss in before])
-        f = np.asarray([aggregate(ss)[a] for ss in after])
+        b = np.asarray([x[a] for x in b_all])
+        f = np.asarray([x[a] for x in f_all])
         d = f - b
         out[a] = {"before": float(b.mean()), "after": float(f.mean()), "delta": float(d.mean()), "share_up": float(np.mean(d > EPS))}
     return out
@@ -128,12 +129,14 @@ def shortcuts(records: Sequence[Trajectory], served: Sequence[Sequence[float]], 
     if not picked:
         out["note"] = "no all-correct trajectories of 3 or more steps to shorten"
         return out
+    before = [served[i] for i in picked]
+    steps_before = finite_mean(len(records[i].steps) for i in picked)
     for kind in SHORTCUT_KINDS:
         short = [shorten(records[i].steps, kind, random.Random(zlib.crc32(f"{settings.seed}:{kind}:{records[i].id}".encode()))) for i in picked]
         new_scores = scorer.score([(records[i].question, steps) for i, steps in zip(picked, short)])
-        aggs = _aggregation_changes([served[i] for i in picked], new_scores)
+        aggs = _aggregation_changes(before, new_scores)
         raised = [a for a in SHORTCUT_JUDGED if aggs[a]["delta"] > settings.shortcut_tolerance + EPS]
-        out["kinds"][kind] = {"steps_kept": finite_mean(len(s) for s in short), "steps_before": finite_mean(len(records[i].steps) for i in picked),
+        out["kinds"][kind] = {"steps_kept": finite_mean(len(s) for s in short), "steps_before": steps_before,
                               "aggregations": aggs, "raised_by": raised}
         out["raised_by"] += [f"{kind}:{a}" for a in raised]
     out["flag"] = bool(out["raised_by"])

@@ -114,6 +114,11 @@ def _fmt(v: Any, signed: bool = False) -> str:
     return fmt(v, 4, signed)
 
 
+def _changes(kind: Mapping[str, Any]) -> str:
+    """An audit kind's mean change of each trajectory aggregation, as one line."""
+    return ", ".join(f"{name} {_fmt(x.get('delta'), signed=True)}" for name, x in kind["aggregations"].items())
+
+
 def render_markdown(r: Mapping[str, Any]) -> str:
     """A human-readable summary of a (json-safe) report."""
     prev = r.get("previous") or {}
@@ -171,15 +176,13 @@ def render_markdown(r: Mapping[str, Any]) -> str:
                   f"- verbosity ({v.get('n_trajectories')} all-correct trajectories, {v.get('n_inserted')} steps inserted): "
                   f"rule {v.get('rule')}"]
         for kind, k in (v.get("kinds") or {}).items():
-            aggs = ", ".join(f"{name} {_fmt(x.get('delta'), signed=True)}" for name, x in k["aggregations"].items())
             lines.append(f"  - {kind}: original steps {_fmt(k.get('original_step_delta'), signed=True)}, "
-                         f"inserted steps score {_fmt(k.get('inserted_step_mean'))}; aggregation changes: {aggs}")
+                         f"inserted steps score {_fmt(k.get('inserted_step_mean'))}; aggregation changes: {_changes(k)}")
         sc = a.get("shortcuts") or {}
         if sc:
             lines.append(f"- shortcuts ({sc.get('n_trajectories')} all-correct trajectories of 3 or more steps): rule {sc.get('rule')}")
             for kind, k in (sc.get("kinds") or {}).items():
-                aggs = ", ".join(f"{name} {_fmt(x.get('delta'), signed=True)}" for name, x in k["aggregations"].items())
-                lines.append(f"  - {kind}: {_fmt(k.get('steps_kept'))} of {_fmt(k.get('steps_before'))} steps kept; aggregation changes: {aggs}")
+                lines.append(f"  - {kind}: {_fmt(k.get('steps_kept'))} of {_fmt(k.get('steps_before'))} steps kept; aggregation changes: {_changes(k)}")
         lines.append(f"- position bias: slope {_fmt(p.get('slope'), signed=True)} over {p.get('n_trajectories')} all-correct trajectories "
                      f"({p.get('rule')}) -> {'RAISED' if p.get('flag') else 'not raised'}")
         sp = a.get("self_preference")
