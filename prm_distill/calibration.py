@@ -1,11 +1,14 @@
 """Post-hoc calibration of P(good): fit, apply, and store it in a checkpoint's sidecar.
 
 One module for the one job, so the engine, the HTTP server, the RL scorer and `recalibrate` map a
-raw score to a calibrated one identically. Two methods, both monotone (rankings and AUROC are
+raw score to a calibrated one identically. Three methods, all monotone (rankings and AUROC are
 unchanged; only the probabilities move):
 
 - `temperature`: P = sigmoid(logit(p) / T), params `{"temperature": T}`. One parameter, hard to
-  overfit; fitted by minimising the binary cross-entropy against the (soft) labels.
+  overfit; fitted by minimising the binary cross-entropy against the (soft) labels. It cannot move
+  a constant shift in logit, which is what class-balanced training leaves (every score low).
+- `platt`: P = sigmoid(slope * logit(p) + bias), params `{"slope", "bias"}` (slope > 0). Two
+  parameters, fitted the same way; undoes a scale and a shift.
 - `isotonic`: a non-decreasing step-wise-linear map, params `{"x": [...], "y": [...]}` (scikit-learn's
   breakpoints; applied by linear interpolation, clipped at the ends). Fits any monotone distortion,
   needs more data.
@@ -24,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-METHODS = ("temperature", "isotonic")
+METHODS = ("temperature", "platt", "isotonic")
 _EPS = 1e-12  # probabilities are clipped to [eps, 1 - eps] before taking logits (float64)
 
 
@@ -48,6 +51,13 @@ def validate(calibration: Mapping[str, Any] | None, source: str = "calibration")
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < math.inf:
             raise CalibrationError(f"{source}: params.temperature must be a finite number > 0, got {t!r}")
         return
+    if method == "platt":
+        a, b = params.get("slope"), params.get("bias")
+        if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0 < a < math.inf:
+            raise CalibrationError(f"{source}: params.slope must be a finite number > 0, got {a!r}")
+        if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b):
+            raise CalibrationError(f"{source}: params.bias must be a finite number, got {b!r}")
+        return
     x, y = params.get("x"), params.get("y")
     if not isinstance(x, list) or not isinstance(y, list) or len(x) != len(y) or len(x) < 1:
         raise CalibrationError(f"{source}: isotonic params need lists x and y of equal, non-zero length")
@@ -69,6 +79,9 @@ def apply(probs: Any, calibration: Mapping[str, Any] | None) -> np.ndarray:
     if calibration["method"] == "temperature":
         z = _logit(p)
         return 1.0 / (1.0 + np.exp(-z / float(params["temperature"])))
+    if calibration["method"] == "platt":
+        z = float(params["slope"]) * _logit(p) + float(params["bias"])
+        return 1.0 / (1.0 + np.exp(-z))
     return np.interp(p, np.asarray(params["x"], dtype=float), np.asarray(params["y"], dtype=float))
 
 
@@ -134,6 +147,39 @@ def fit_temperature(probs: Sequence[float], labels: Sequence[float]) -> float:
     return 1.0 / w
 
 
+def fit_platt(probs: Sequence[float], labels: Sequence[float]) -> dict[str, float]:
+    """The slope > 0 and bias minimising the cross-entropy of sigmoid(slope * logit(p) + bias).
+
+    A logistic regression on z = logit(p) (convex): Newton's method from (1, 0), each step halved
+    until the loss does not rise. Scores that rank bad steps above good ones are refused.
+    """
+    p, y = _as_arrays(probs, labels)
+    z = _logit(p)
+    if not np.any(z * (y - 0.5)):
+        raise CalibrationError("the scores carry no information about the labels; no Platt scaling fits")
+    x = np.stack([z, np.ones_like(z)], axis=1)
+
+    def loss(w: np.ndarray) -> float:
+        u = x @ w
+        return float(np.sum(np.logaddexp(0.0, u) - y * u))
+
+    w = np.array([1.0, 0.0])
+    for _ in range(100):
+        q = 1.0 / (1.0 + np.exp(-(x @ w)))
+        grad = x.T @ (q - y)
+        hess = (x * (q * (1 - q))[:, None]).T @ x + 1e-9 * np.eye(2)
+        step = np.linalg.solve(hess, grad)
+        before, t = loss(w), 1.0
+        while t > 1e-8 and loss(w - t * step) > before:
+            t /= 2
+        w = w - t * step
+        if np.max(np.abs(t * step)) < 1e-10 * max(1.0, float(np.max(np.abs(w)))):
+            break
+    if not w[0] > 1e-4:
+        raise CalibrationError("the scores rank bad steps above good ones; no positive slope fits")
+    return {"slope": float(w[0]), "bias": float(w[1])}
+
+
 def fit_isotonic(probs: Sequence[float], labels: Sequence[float]) -> dict[str, list[float]]:
     """Breakpoints {x, y} of the isotonic regression of labels on probs."""
     from sklearn.isotonic import IsotonicRegression
@@ -147,6 +193,8 @@ def fit(method: str, probs: Sequence[float], labels: Sequence[float]) -> dict[st
     """A calibration dict (method, params) fitted on these steps."""
     if method == "temperature":
         params: dict[str, Any] = {"temperature": fit_temperature(probs, labels)}
+    elif method == "platt":
+        params = fit_platt(probs, labels)
     elif method == "isotonic":
         params = fit_isotonic(probs, labels)
     else:
@@ -165,6 +213,9 @@ def describe(calibration: Mapping[str, Any] | None) -> str:
         return "none"
     if calibration["method"] == "temperature":
         return f"temperature T={calibration['params']['temperature']:.4g} (v{calibration.get('version', '?')})"
+    if calibration["method"] == "platt":
+        pr = calibration["params"]
+        return f"platt slope={pr['slope']:.4g} bias={pr['bias']:.4g} (v{calibration.get('version', '?')})"
     return f"isotonic, {len(calibration['params']['x'])} breakpoints (v{calibration.get('version', '?')})"
 
 
@@ -176,6 +227,7 @@ __all__ = [
     "describe",
     "fit",
     "fit_isotonic",
+    "fit_platt",
     "fit_temperature",
     "validate",
     "version_of",

@@ -15,7 +15,7 @@ from ..calibration import METHODS
 class CalibrationSettings:
     """How the post-hoc calibration is fitted and checked before it may be adopted."""
 
-    method: str = field(default="temperature", metadata={"choices": METHODS, "help": f"Calibration method: {' | '.join(METHODS)} (temperature: one parameter, hard to overfit; isotonic: any monotone map, needs more data)."})
+    method: str = field(default="temperature", metadata={"choices": METHODS, "help": f"Calibration method: {' | '.join(METHODS)} (temperature: one parameter, hard to overfit, cannot move a shift; platt: scale and shift, for a class-balanced student; isotonic: any monotone map, needs more data)."})
     fit_fraction: float = field(default=0.5, metadata={"help": "Share of held-out trajectories (split by trajectory, never by step) the calibration is fitted on; the rest is the separate split its ECE is checked on."})
     seed: int = field(default=0, metadata={"help": "Seed of the split: ids are sorted, then shuffled with this seed, so the split does not depend on file order."})
     n_bins: int = field(default=10, metadata={"help": "Equal-width bins of the ECE and of the reliability diagram."})

@@ -23,7 +23,7 @@ configured mode would misread (signed or fail_only under process_weighted, prob 
 - `threshold`: on the calibrated P(good). Default: the checkpoint's threshold (chosen on
   uncalibrated dev scores) passed through the same calibration, so its decisions do not change;
   else 0.5.
-- Calibration: the checkpoint's current calibration (temperature or isotonic, `prm_distill.calibration`),
+- Calibration: the checkpoint's current calibration (temperature, platt or isotonic, `prm_distill.calibration`),
   re-read when `recalibrate --adopt` changes it, so a running trainer picks it up without a restart
   (in-process: from the sidecar file; over HTTP: from the server). A malformed calibration is
   refused at start-up; `calibrate: false` uses raw p.

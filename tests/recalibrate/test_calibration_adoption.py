@@ -47,6 +47,45 @@ def test_isotonic_removes_a_monotone_miscalibration():
     assert after < 0.02
 
 
+def test_platt_undoes_the_shift_that_class_balance_leaves_and_temperature_cannot():
+    # Class balance with bad steps 1/9 of the data weights a bad step 8 times a good one; the optimum
+    # of the weighted loss is then sigmoid(z - ln 8) for true logit z (odds divided by 8), here also
+    # scaled by 1.5: reported logit r = 1.5 z - ln 8, so z = r / 1.5 + ln(8) / 1.5.
+    rng = np.random.default_rng(2)
+    z = rng.normal(1.5, 1.5, 60_000)
+    y = (rng.random(z.size) < sigmoid(z)).astype(float)
+    reported = sigmoid(1.5 * z - np.log(8.0))
+    fit_p, fit_y, test_p, test_y = reported[:30_000], y[:30_000], reported[30_000:], y[30_000:]
+    platt = cal.fit("platt", fit_p, fit_y)
+    assert platt["params"]["slope"] == pytest.approx(1 / 1.5, rel=0.05)
+    assert platt["params"]["bias"] == pytest.approx(np.log(8.0) / 1.5, rel=0.05)
+    before = expected_calibration_error([test_p], [test_y])
+    after_platt = expected_calibration_error([cal.apply(test_p, platt)], [test_y])
+    after_temp = expected_calibration_error([cal.apply(test_p, cal.fit("temperature", fit_p, fit_y))], [test_y])
+    assert before > 0.2 and after_platt < 0.02
+    assert after_temp > 5 * after_platt                  # one parameter through the origin cannot shift
+    assert cal.describe({**platt, "version": 3}).startswith("platt slope=0.6")
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"slope": 0.0, "bias": 1.0}, "slope"),
+    ({"slope": -1.0, "bias": 1.0}, "slope"),
+    ({"slope": 1.0, "bias": float("nan")}, "bias"),
+    ({"slope": True, "bias": 0.0}, "slope"),
+    ({"slope": 1.0}, "bias"),
+])
+def test_a_malformed_platt_calibration_is_refused_by_name(params, message):
+    with pytest.raises(cal.CalibrationError, match=message):
+        cal.validate({"method": "platt", "params": params}, "sidecar")
+
+
+def test_platt_refuses_scores_that_rank_bad_steps_above_good_ones():
+    p = np.array([0.9, 0.8, 0.7, 0.3, 0.2, 0.1] * 50)
+    y = np.array([0.0, 0.0, 0.0, 1.0, 1.0, 1.0] * 50)
+    with pytest.raises(cal.CalibrationError, match="rank bad steps above good"):
+        cal.fit("platt", p, y)
+
+
 def _records_and_scores(n, fit_ids, fit_scale, eval_scale, seed=0):
     """Trajectories of 10 steps whose labels are drawn from q; reported raw score = sigmoid(scale * logit q),
     with one scale on the fit split and another on the evaluation split."""

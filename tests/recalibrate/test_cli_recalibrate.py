@@ -2,6 +2,7 @@
 fresh rollouts labelled by the offline arithmetic judge, adoption, bad input."""
 
 import json
+import math
 
 import matplotlib.image
 import numpy as np
@@ -128,6 +129,21 @@ def test_isotonic_method(tiny_checkpoint, synthetic_files, tmp_path):
     assert recal("--model", tiny_checkpoint, "--heldout", synthetic_files["test"], "--output", tmp_path / "iso", "--method", "isotonic") == 0
     c = json.loads((tmp_path / "iso" / "report.json").read_text())["calibration"]
     assert c["method"] == "isotonic" and len(c["params"]["x"]) == len(c["params"]["y"]) >= 1
+
+
+def test_platt_method_fits_or_names_why_not_and_writes_nothing_it_cannot_fit(model_copy, synthetic_files, tmp_path):
+    sidecar = model_copy / "prm_distill.json"
+    before = sidecar.read_bytes()
+    assert recal("--model", model_copy, "--heldout", synthetic_files["test"], "--output", tmp_path / "platt", "--method", "platt", "--adopt") == 0
+    rep = json.loads((tmp_path / "platt" / "report.json").read_text())
+    c = rep["calibration"]
+    assert c["method"] == "platt"
+    if c["params"] is None:   # the tiny model ranks the fit split's bad steps above its good ones (it does today)
+        assert c["ece_after"] is None and "rank bad steps above good ones" in c["error"] and c["adopted"] is False
+        assert sidecar.read_bytes() == before                        # --adopt wrote nothing
+    else:
+        assert c["params"]["slope"] > 0 and math.isfinite(c["params"]["bias"])
+        assert c["adopted"] == (c["ece_after"] < c["ece_before"])
 
 
 def _fresh_files(tmp_path):
