@@ -77,8 +77,8 @@ def test_flag_types_and_choices_come_from_the_field(capsys):
         build_parser().parse_args(["rollout", "--backend", "tgi"])
     assert "invalid choice: 'tgi'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        build_parser().parse_args(["recalibrate", "--method", "platt"])
-    assert "invalid choice: 'platt'" in capsys.readouterr().err
+        build_parser().parse_args(["recalibrate", "--method", "beta"])
+    assert "invalid choice: 'beta'" in capsys.readouterr().err
     args = build_parser().parse_args(["recalibrate", "--method", "isotonic"])
     assert flag_values(args, RECALIBRATE_FLAGS) == {"calibration.method": "isotonic"}
     assert load_config(RecalibrateConfig, None, [], values=flag_values(args, RECALIBRATE_FLAGS)).calibration.method == "isotonic"

@@ -201,7 +201,7 @@ def test_temperature_calibration_and_the_sidecar_threshold(smol_tokenizer):
 @pytest.mark.parametrize(
     ("calibration", "message"),
     [
-        ({"method": "platt", "params": {}}, "method 'platt' is not one of temperature|isotonic"),
+        ({"method": "beta", "params": {}}, "method 'beta' is not one of temperature|platt|isotonic"),
         ({"method": "isotonic", "params": {}}, "isotonic params need lists x and y"),
         ({"method": "temperature", "params": {"temperature": 0}}, "temperature must be a finite number > 0"),
     ],
