@@ -47,16 +47,11 @@ def validate(calibration: Mapping[str, Any] | None, source: str = "calibration")
     if not isinstance(params, Mapping):
         raise CalibrationError(f"{source}: params must be an object, got {params!r}")
     if method == "temperature":
-        t = params.get("temperature")
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < math.inf:
-            raise CalibrationError(f"{source}: params.temperature must be a finite number > 0, got {t!r}")
+        _check_number(params, "temperature", source, positive=True)
         return
     if method == "platt":
-        a, b = params.get("slope"), params.get("bias")
-        if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0 < a < math.inf:
-            raise CalibrationError(f"{source}: params.slope must be a finite number > 0, got {a!r}")
-        if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b):
-            raise CalibrationError(f"{source}: params.bias must be a finite number, got {b!r}")
+        _check_number(params, "slope", source, positive=True)
+        _check_number(params, "bias", source, positive=False)
         return
     x, y = params.get("x"), params.get("y")
     if not isinstance(x, list) or not isinstance(y, list) or len(x) != len(y) or len(x) < 1:
@@ -68,6 +63,13 @@ def validate(calibration: Mapping[str, Any] | None, source: str = "calibration")
         raise CalibrationError(f"{source}: isotonic x and y must be non-decreasing")
     if ya.min() < 0 or ya.max() > 1:
         raise CalibrationError(f"{source}: isotonic y must lie in [0, 1]")
+
+
+def _check_number(params: Mapping[str, Any], key: str, source: str, *, positive: bool) -> None:
+    v = params.get(key)
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and (v > 0 or not positive):
+        return
+    raise CalibrationError(f"{source}: params.{key} must be a finite number{' > 0' if positive else ''}, got {v!r}")
 
 
 def apply(probs: Any, calibration: Mapping[str, Any] | None) -> np.ndarray:
@@ -120,54 +122,29 @@ def _as_arrays(probs: Sequence[float], labels: Sequence[float]) -> tuple[np.ndar
     return p, y
 
 
-def fit_temperature(probs: Sequence[float], labels: Sequence[float]) -> float:
-    """The T > 0 minimising the cross-entropy of sigmoid(logit(p) / T) against the labels.
+def _fit_logistic(probs: Sequence[float], labels: Sequence[float], *, bias: bool, name: str) -> np.ndarray:
+    """Weights w of sigmoid(w[0] * logit(p) [+ w[1]]) minimising the cross-entropy against the labels.
 
-    Convex in w = 1/T (a logistic regression through the origin on z = logit(p)): Newton's method
-    from w = 1. Scores that rank bad steps above good ones have no positive optimum and are refused.
+    A logistic regression on z = logit(p), convex: Newton's method from (1, 0), each step halved until
+    the loss does not rise. Temperature scaling is this without the bias (T = 1 / w[0]). Scores that
+    rank bad steps above good ones have no positive w[0] and are refused, naming `name`.
     """
     p, y = _as_arrays(probs, labels)
     z = _logit(p)
     if not np.any(z * (y - 0.5)):
-        raise CalibrationError("the scores carry no information about the labels; no temperature fits")
-    w = 1.0
-    for _ in range(100):
-        q = 1.0 / (1.0 + np.exp(-w * z))
-        grad = float(np.sum((q - y) * z))
-        hess = float(np.sum(q * (1 - q) * z * z)) + 1e-12
-        step = grad / hess
-        # Newton on a convex 1-d loss; halve the step while it would cross w <= 0.
-        while w - step <= 0:
-            step /= 2
-        w -= step
-        if abs(step) < 1e-10 * max(1.0, w):
-            break
-        if w < 1e-4:
-            raise CalibrationError("the scores rank bad steps above good ones; no positive temperature fits")
-    return 1.0 / w
-
-
-def fit_platt(probs: Sequence[float], labels: Sequence[float]) -> dict[str, float]:
-    """The slope > 0 and bias minimising the cross-entropy of sigmoid(slope * logit(p) + bias).
-
-    A logistic regression on z = logit(p) (convex): Newton's method from (1, 0), each step halved
-    until the loss does not rise. Scores that rank bad steps above good ones are refused.
-    """
-    p, y = _as_arrays(probs, labels)
-    z = _logit(p)
-    if not np.any(z * (y - 0.5)):
-        raise CalibrationError("the scores carry no information about the labels; no Platt scaling fits")
-    x = np.stack([z, np.ones_like(z)], axis=1)
+        raise CalibrationError(f"the scores carry no information about the labels; no {name} fits")
+    x = np.stack([z, np.ones_like(z)], axis=1) if bias else z[:, None]
 
     def loss(w: np.ndarray) -> float:
         u = x @ w
         return float(np.sum(np.logaddexp(0.0, u) - y * u))
 
-    w = np.array([1.0, 0.0])
+    w = np.zeros(x.shape[1])
+    w[0] = 1.0
     for _ in range(100):
-        q = 1.0 / (1.0 + np.exp(-(x @ w)))
+        q = 0.5 * (1.0 + np.tanh(0.5 * (x @ w)))  # sigmoid without overflow
         grad = x.T @ (q - y)
-        hess = (x * (q * (1 - q))[:, None]).T @ x + 1e-9 * np.eye(2)
+        hess = (x * (q * (1 - q))[:, None]).T @ x + 1e-9 * np.eye(x.shape[1])
         step = np.linalg.solve(hess, grad)
         before, t = loss(w), 1.0
         while t > 1e-8 and loss(w - t * step) > before:
@@ -176,8 +153,19 @@ def fit_platt(probs: Sequence[float], labels: Sequence[float]) -> dict[str, floa
         if np.max(np.abs(t * step)) < 1e-10 * max(1.0, float(np.max(np.abs(w)))):
             break
     if not w[0] > 1e-4:
-        raise CalibrationError("the scores rank bad steps above good ones; no positive slope fits")
-    return {"slope": float(w[0]), "bias": float(w[1])}
+        raise CalibrationError(f"the scores rank bad steps above good ones; no positive {name} fits")
+    return w
+
+
+def fit_temperature(probs: Sequence[float], labels: Sequence[float]) -> float:
+    """The T > 0 minimising the cross-entropy of sigmoid(logit(p) / T) against the labels."""
+    return 1.0 / float(_fit_logistic(probs, labels, bias=False, name="temperature")[0])
+
+
+def fit_platt(probs: Sequence[float], labels: Sequence[float]) -> dict[str, float]:
+    """The slope > 0 and bias minimising the cross-entropy of sigmoid(slope * logit(p) + bias)."""
+    slope, shift = _fit_logistic(probs, labels, bias=True, name="Platt slope")
+    return {"slope": float(slope), "bias": float(shift)}
 
 
 def fit_isotonic(probs: Sequence[float], labels: Sequence[float]) -> dict[str, list[float]]:

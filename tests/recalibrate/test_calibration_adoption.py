@@ -5,6 +5,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -79,11 +80,38 @@ def test_a_malformed_platt_calibration_is_refused_by_name(params, message):
         cal.validate({"method": "platt", "params": params}, "sidecar")
 
 
-def test_platt_refuses_scores_that_rank_bad_steps_above_good_ones():
+@pytest.mark.parametrize("method, name", [("temperature", "temperature"), ("platt", "Platt slope")])
+def test_scores_that_rank_bad_steps_above_good_ones_are_refused(method, name):
     p = np.array([0.9, 0.8, 0.7, 0.3, 0.2, 0.1] * 50)
     y = np.array([0.0, 0.0, 0.0, 1.0, 1.0, 1.0] * 50)
-    with pytest.raises(cal.CalibrationError, match="rank bad steps above good"):
-        cal.fit("platt", p, y)
+    with pytest.raises(cal.CalibrationError, match=f"rank bad steps above good ones; no positive {name} fits"):
+        cal.fit(method, p, y)
+
+
+def test_platt_on_an_unshifted_model_is_temperature_scaling():
+    # Reported logit 2.5 z with no shift: the best Platt map is slope 1/2.5 and bias 0, which is the
+    # temperature 2.5 (one fitter serves both; the bias is the only difference).
+    rng = np.random.default_rng(3)
+    z = rng.normal(0.0, 1.5, 50_000)
+    y = (rng.random(z.size) < sigmoid(z)).astype(float)
+    reported = sigmoid(2.5 * z)
+    platt = cal.fit("platt", reported, y)["params"]
+    assert platt["slope"] == pytest.approx(1 / 2.5, rel=0.03)
+    assert abs(platt["bias"]) < 0.03
+    assert cal.fit_temperature(reported, y) == pytest.approx(1 / platt["slope"], rel=0.03)
+
+
+def test_separable_scores_fit_a_sharp_temperature_without_overflow():
+    # Every good step scored above every bad one, hard labels: the cross-entropy falls as T -> 0, so the
+    # fit sharpens the scores to (nearly) the labels instead of failing or overflowing.
+    p = np.array([0.6, 0.7, 0.8, 0.4, 0.3, 0.2] * 20)
+    y = np.array([1.0, 1.0, 1.0, 0.0, 0.0, 0.0] * 20)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        t = cal.fit_temperature(p, y)
+    sharp = cal.apply(p, {"method": "temperature", "params": {"temperature": t}})
+    assert 0 < t < 0.1
+    assert np.all(np.abs(sharp - y) < 0.01)
 
 
 def _records_and_scores(n, fit_ids, fit_scale, eval_scale, seed=0):
