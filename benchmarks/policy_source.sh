@@ -36,6 +36,7 @@ for line in open(sys.argv[2]):
         break
     n += 1
 print(n)" "$OUT/rollouts-$side" "$OUT/problems-$side.jsonl")
+  [ "$n" -gt 0 ] || { echo "rollout $side: no problem has all its samples yet; rerun to resume"; exit 1; }
   limit=(); rollout "$side" --limit "$n" || exit 1
   .venv/bin/prm-distill label --config configs/label.yaml input="$OUT/rollouts-$side/rollouts.jsonl" \
     output="$OUT/labels-$side" judge.backend=reference votes=1 min_valid_votes=1 || exit 1

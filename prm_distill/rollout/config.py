@@ -30,6 +30,8 @@ class RolloutConfig:
     def __post_init__(self) -> None:
         if self.k < 1 or self.max_new_tokens < 1 or self.shard_problems < 1:
             raise ValueError("rollout: k, max_new_tokens and shard_problems >= 1 are required")
+        if self.limit is not None and self.limit < 1:  # 0 would rewrite a finished job's summary as empty
+            raise ValueError(f"rollout: limit must be >= 1 (or null = all problems), got {self.limit}")
         if self.temperature < 0:
             raise ValueError(f"rollout: temperature must be >= 0, got {self.temperature}")
         if self.k > 1 and self.temperature == 0:

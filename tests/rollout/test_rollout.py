@@ -122,6 +122,11 @@ def test_cli_rolls_out_gsm8k_with_a_local_policy_and_refuses_a_prm_checkpoint(ti
     assert recs[0]["reference"] == "Tom has 3 + 4 = 7.\n#### 7"  # GSM8K's worked solution, for judge.backend=reference
     assert recs[0]["metadata"]["generator"] == f"transformers:{tiny_backbone}"
     assert {x["metadata"]["sampling"]["max_new_tokens"] for x in recs} == {8}
+    summary = (tmp_path / "out" / "summary.json").read_bytes()
+    rc = main(["rollout", "--policy", str(tiny_backbone), "--problems", str(probs), "--output", str(tmp_path / "out"), "--k", "3",
+               "--max-new-tokens", "8", "--backend", "transformers", "--seed", "5", "--limit", "0"])
+    assert rc == 2 and "limit must be >= 1" in capsys.readouterr().err
+    assert (tmp_path / "out" / "summary.json").read_bytes() == summary  # the finished job's summary is not rewritten as empty
     rc = main(["rollout", "--policy", str(token_classifier), "--problems", str(probs), "--output", str(tmp_path / "bad"), "--backend", "transformers"])
     assert rc == 2 and "not a causal LM" in capsys.readouterr().err
 
