@@ -24,12 +24,13 @@ for side in dev train; do
   # 124 / 130: the time box or a signal stopped sampling; the finished samples are kept and labelled
   [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ $rc -eq 130 ] || { echo "rollout $side failed: exit $rc"; exit $rc; }
   # after a stop, written samples may sit in shards or already in rollouts.jsonl: a rerun limited to the
-  # problems whose 4 samples all exist (counted in both, each sample once) generates nothing and merges
+  # problems whose 4 samples all exist (the rollout's own count: both, each sample once) generates nothing and merges
   # every written sample (a partial shard's samples too), so its summary covers them all
   n=$(.venv/bin/python -c "
-import collections, glob, json, sys
-seen = {json.loads(l)['id'] for f in glob.glob(sys.argv[1] + '/rollouts*.jsonl') for l in open(f) if l.strip()}
-have = collections.Counter(i.rsplit('#', 1)[0] for i in seen)
+import collections, json, sys
+from pathlib import Path
+from prm_distill.rollout.job import _done  # the rollout's own reading of what is written
+have = collections.Counter(r['metadata']['problem_id'] for r in _done(Path(sys.argv[1])).values())
 n = 0
 for line in open(sys.argv[2]):
     if have[json.loads(line)['id']] < 4:
