@@ -336,8 +336,10 @@ def orchestrate(args: argparse.Namespace) -> None:
 
     scoring = {"trl": rate("trl"), "ours": rate("ours")}
     auroc = {who: {s: quality[who][s]["fixed"]["auroc"] for s in SPLITS} for who in ("trl", "ours")}
-    # ours - TRL with a paired bootstrap interval over items: is the difference more than this sample's noise?
-    auroc_diff = {s: paired_auroc_difference(scores["ours"][s]["scores"], scores["trl"][s]["scores"], [r.labels for r in items_by_split[s]])
+    # ours - TRL with a paired bootstrap interval over problems (an item's question; items of one problem are
+    # resampled together): is the difference more than this sample's noise?
+    auroc_diff = {s: paired_auroc_difference(scores["ours"][s]["scores"], scores["trl"][s]["scores"], [r.labels for r in items_by_split[s]],
+                                             groups=[r.question for r in items_by_split[s]])
                   for s in SPLITS}
     ratios = {
         "train_tokens_per_s": round(ours_train_res["tokens_per_s"] / max(trl_train_res["tokens_per_s"], 1e-9), 2),

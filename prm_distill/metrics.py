@@ -12,7 +12,7 @@ Conventions (documented in the README):
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Hashable, Sequence
 
 import numpy as np
 
@@ -49,24 +49,35 @@ def step_auroc(scores, labels) -> float:
     return binary_auroc(p[keep], y[keep] > 0.5)
 
 
-def paired_auroc_difference(scores_a, scores_b, labels, *, n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> dict[str, float]:
+def paired_auroc_difference(scores_a, scores_b, labels, *, groups: Sequence[Hashable] | None = None, n_boot: int = 1000,
+                            seed: int = 0, level: float = 0.95) -> dict[str, float]:
     """Step AUROC of a minus that of b on the same items, with a paired bootstrap interval over
-    items (steps of one item are not independent, so items are what is resampled). Two scorers
-    whose interval contains 0 are not told apart by this data."""
+    items (steps of one item are not independent, so items are what is resampled). Items of one
+    problem are not independent either (a dev split holds several solutions per problem): give
+    `groups` (one key per item, e.g. its question) and whole groups are resampled, which widens the
+    interval to what the number of problems supports. Two scorers whose interval contains 0 are not
+    told apart by this data."""
     if not len(scores_a) == len(scores_b) == len(labels):
         raise ValueError("scores_a, scores_b and labels must list the same items")
+    if groups is not None and len(groups) != len(labels):
+        raise ValueError(f"groups must name one group per item: {len(groups)} for {len(labels)} items")
     if not 0 < level < 1 or n_boot < 1:
         raise ValueError("level must lie in (0, 1) and n_boot >= 1")
+    members: dict[Hashable, list[int]] = {}
+    for i, g in enumerate(range(len(labels)) if groups is None else groups):
+        members.setdefault(g, []).append(i)
+    clusters = list(members.values())
     diff = step_auroc(scores_a, labels) - step_auroc(scores_b, labels)
     rng = np.random.default_rng(seed)
     boots = []
     for _ in range(n_boot):
-        idx = rng.integers(0, len(labels), len(labels))
+        idx = [i for c in rng.integers(0, len(clusters), len(clusters)) for i in clusters[c]]
         d = step_auroc([scores_a[i] for i in idx], [labels[i] for i in idx]) - step_auroc([scores_b[i] for i in idx], [labels[i] for i in idx])
         if not math.isnan(d):
             boots.append(d)
     lo, hi = (np.quantile(boots, [(1 - level) / 2, (1 + level) / 2]) if boots else (NAN, NAN))
-    return {"difference": float(diff), "low": float(lo), "high": float(hi), "level": level, "n_boot": len(boots)}
+    return {"difference": float(diff), "low": float(lo), "high": float(hi), "level": level, "n_boot": len(boots),
+            "n_groups": len(clusters)}
 
 
 def _good_bad_means(scores, labels, group: Callable[[int, int], Any], groups: Sequence[Any]) -> dict[Any, dict[str, float]]:

@@ -89,6 +89,37 @@ def test_paired_auroc_difference_by_hand_and_its_bootstrap_interval():
         paired_auroc_difference(perfect, perfect[:2], labels)
 
 
+def test_paired_auroc_difference_resamples_whole_problems_when_grouped():
+    labels = [[1, 1, 0], [1, 0], [1, 1]]
+    perfect = [[0.9, 0.8, 0.1], [0.7, 0.2], [0.6, 0.95]]
+    b = [[0.9, 0.8, 0.1], [0.7, 0.75], [0.6, 0.95]]
+    # one problem holds every item: each resample is the whole set, so the interval is the point, 1 - 0.8
+    one = paired_auroc_difference(perfect, b, labels, groups=["p", "p", "p"], n_boot=20)
+    assert one["n_groups"] == 1 and one["n_boot"] == 20
+    assert one["low"] == pytest.approx(0.2) and one["high"] == pytest.approx(0.2) and one["difference"] == pytest.approx(0.2)
+    # a group per item is the ungrouped bootstrap, draw for draw
+    assert paired_auroc_difference(perfect, b, labels, groups=["x", "y", "z"], n_boot=50) == \
+        paired_auroc_difference(perfect, b, labels, n_boot=50)
+    with pytest.raises(ValueError, match="one group per item: 2 for 3 items"):
+        paired_auroc_difference(perfect, b, labels, groups=["p", "q"])
+
+
+def test_grouped_interval_is_as_wide_as_the_problems_allow():
+    # 4 problems x 10 copies of one solution (good step, bad step). a ranks both problems P0 and P1 right
+    # and b ranks them wrong; on P2 and P3 the reverse. By records, each resample of 40 keeps near 20 of each
+    # kind; by problem, a resample of 4 problems is often 3-to-1 or 4-to-0, so its interval must be wider.
+    labels = [[1, 0]] * 40
+    right, wrong = [0.9, 0.1], [0.1, 0.9]
+    a = [right if i < 20 else wrong for i in range(40)]
+    b = [wrong if i < 20 else right for i in range(40)]
+    problems = [i // 10 for i in range(40)]
+    by_record = paired_auroc_difference(a, b, labels, n_boot=400)
+    by_problem = paired_auroc_difference(a, b, labels, groups=problems, n_boot=400)
+    assert by_record["difference"] == by_problem["difference"] == 0.0
+    assert by_problem["n_groups"] == 4 and by_record["n_groups"] == 40
+    assert by_problem["high"] - by_problem["low"] > 2 * (by_record["high"] - by_record["low"])
+
+
 def test_f1_on_the_grid_is_processbench_f1_at_each_threshold():
     # the vectorised scan must agree with the definition (first step below t, else -1) everywhere
     import random as _random
