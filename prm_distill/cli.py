@@ -54,8 +54,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if missing:  # bad input (2) before a model loads
         raise FileNotFoundError(f"data file not found: {', '.join(missing)}")
     engine = PRMEngine.from_checkpoint(args.model, device=args.device, verifier=not args.no_verifier)
+    # both checkpoints load before any scoring: a bad --against fails in seconds, not after the first model's pass
+    against = PRMEngine.from_checkpoint(args.against, device=args.device, verifier=not args.no_verifier) if args.against else None
     rep = evaluate_files(engine, args.data, args.format, threshold=args.threshold, dev_files=args.dev or (), limit=args.limit, dev_limit=args.dev_limit or None,
-                         dev_format=args.dev_format)
+                         dev_format=args.dev_format, against=against)
     print(format_report(rep))
     if args.output:
         write_json(args.output, rep)
@@ -227,6 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--limit", type=int, help="a seeded sample of whole questions per file, about N items (not the first N)")
     e.add_argument("--dev-limit", type=int, default=600, help="choose the threshold on a seeded sample of about this many dev records "
                    "(whole questions; the sample benchmarks/quality.py takes); 0 = all")
+    e.add_argument("--against", metavar="MODEL", help="a second checkpoint scored on the same items: its step AUROC and --model's minus it, "
+                   "with a 95%% paired bootstrap interval that resamples whole problems (items grouped by question); "
+                   "--no-verifier applies to both")
     e.add_argument("--output", help="write the report as JSON here")
     e.add_argument("--device", default="auto")
     e.set_defaults(func=cmd_eval)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .calibration import decision_threshold
-from .metrics import best_threshold, final_step_profile, fmt, position_profile, report
+from .metrics import best_threshold, final_step_profile, fmt, paired_auroc_difference, position_profile, report, step_auroc
 from .protocol import StepScorer
 from .records import Trajectory, load_records, sample_questions
 
@@ -53,24 +53,46 @@ def evaluate_files(
     limit: int | None = None,
     dev_format: str | None = None,
     dev_limit: int | None = DEV_LIMIT,
+    against: StepScorer | None = None,
+    n_boot: int = 1000,
 ) -> dict:
     """Overall report at the top level, plus one per file under 'files'. `engine` is any
     `protocol.StepScorer` (in-process engine, vLLM, ...); its raw scores are evaluated. Every
     decision (step_accuracy, ProcessBench F1) is taken at the one chosen threshold. `limit`: a seeded sample of
-    whole questions per file (records.sample_questions), not the first items (a file may be sorted by label)."""
+    whole questions per file (records.sample_questions), not the first items (a file may be sorted by label).
+    `against`: a second scorer on the same items; 'against' then holds, overall and per file, its step AUROC and
+    the difference engine minus it (`against_difference`)."""
     thr, source = choose_threshold(engine, threshold, dev_files, fmt, dev_format, dev_limit)
-    all_scores, all_records, per_file = [], [], {}
+    all_scores, all_other, all_records, per_file, per_file_vs = [], [], [], {}, {}
     for path in files:
         records = sample_questions(load_records(path, fmt), limit)
         scores = _score(engine, records)
         per_file[str(path)] = report(scores, [r.labels for r in records], [r.first_error for r in records], thr)
+        if against is not None:
+            other = _score(against, records)
+            per_file_vs[str(path)] = against_difference(scores, other, records, n_boot)
+            all_other += other
         all_scores += scores
         all_records += records
     overall = report(all_scores, [r.labels for r in all_records], [r.first_error for r in all_records], thr)
     verifier = getattr(engine, "verifier_rule", None)
-    return {**overall, "threshold_source": source, "model": engine.model_id, "format": fmt, "verifier": verifier, "files": per_file,
-            "position_profile": position_profile(all_scores, [r.labels for r in all_records]),
-            "final_step": final_step_profile(all_scores, [r.labels for r in all_records])}
+    rep = {**overall, "threshold_source": source, "model": engine.model_id, "format": fmt, "verifier": verifier, "files": per_file,
+           "position_profile": position_profile(all_scores, [r.labels for r in all_records]),
+           "final_step": final_step_profile(all_scores, [r.labels for r in all_records])}
+    if against is not None:
+        rep["against"] = {"model": against.model_id, "verifier": getattr(against, "verifier_rule", None),
+                          **against_difference(all_scores, all_other, all_records, n_boot), "files": per_file_vs}
+    return rep
+
+
+def against_difference(scores: list[list[float]], other: list[list[float]], records: Sequence[Trajectory], n_boot: int = 1000) -> dict:
+    """The other scorer's step AUROC and the difference (ours minus it) with a 95% paired bootstrap interval
+    that resamples whole problems (records grouped by question text): a dev split holds several solutions per
+    problem, and resampling records alone gives an interval narrower than the problems support. Threshold-free,
+    so two checkpoints are compared without either one's threshold choice in the way."""
+    labels = [r.labels for r in records]
+    d = paired_auroc_difference(scores, other, labels, groups=[r.question for r in records], n_boot=n_boot)
+    return {"auroc": step_auroc(other, labels), **d}
 
 
 def format_report(rep: dict) -> str:
@@ -83,4 +105,14 @@ def format_report(rep: dict) -> str:
     v = rep.get("verifier")
     lines.append(f"verifier: {'cap ' + fmt(v['cap']) + ' on refuted steps' if v else 'off (the model alone)'}")
     lines.append(f"step_accuracy and processbench_f1 at threshold {fmt(rep.get('threshold'))} (source: {rep.get('threshold_source', '?')})")
+    vs = rep.get("against")
+    if vs:
+        lines.append(f"against {vs['model']}: step AUROC, this model minus that one, {vs['level']:.0%} paired bootstrap over problems")
+        for name, d in [("overall", vs)] + ([(Path(k).name, v) for k, v in vs["files"].items()] if len(files) > 1 else []):
+            lines.append(f"  {name[:16].ljust(16)} its auroc {fmt(d['auroc'])}  difference {_signed(d['difference'])} "
+                         f"[{_signed(d['low'])}, {_signed(d['high'])}] over {d['n_groups']} problems")
     return "\n".join(lines)
+
+
+def _signed(x: float) -> str:
+    return "n/a" if x != x else f"{x:+.3f}"
