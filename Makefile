@@ -44,9 +44,9 @@ test: venv vllm-venv trainer-venvs
 test-fast: venv
 	$(BIN)/python -m pytest -q -m "not slow"
 
-# ruff (lint + import order) and mypy, both configured in pyproject.toml.
+# ruff (lint + import order) on the package, tests, benchmarks and scripts; mypy on the package; both configured in pyproject.toml.
 lint: venv
-	$(BIN)/ruff check prm_distill
+	$(BIN)/ruff check prm_distill tests benchmarks scripts
 	$(BIN)/mypy
 
 bench: venv

@@ -86,11 +86,11 @@ def main() -> None:
         for row in rows:
             print(json.dumps(row))
         pre, traj = rows[-2], rows[-1]
+        pre_tokens = pre['tokens_in_per_step_vote'] + pre['tokens_out_per_step_vote']
+        traj_tokens = traj['tokens_in_per_step_vote'] + traj['tokens_out_per_step_vote']
         print(f"prefix vs trajectory at concurrency {max(args.concurrency)}: requests per step-vote "
               f"{pre['requests_per_step_vote']} vs {traj['requests_per_step_vote']}; judge tokens (in+out) per step-vote "
-              f"{pre['tokens_in_per_step_vote'] + pre['tokens_out_per_step_vote']:.1f} vs "
-              f"{traj['tokens_in_per_step_vote'] + traj['tokens_out_per_step_vote']:.1f} "
-              f"(ratio {(pre['tokens_in_per_step_vote'] + pre['tokens_out_per_step_vote']) / max(traj['tokens_in_per_step_vote'] + traj['tokens_out_per_step_vote'], 1e-9):.2f}x)")
+              f"{pre_tokens:.1f} vs {traj_tokens:.1f} (ratio {pre_tokens / max(traj_tokens, 1e-9):.2f}x)")
     finally:
         if proc is not None:
             proc.terminate()

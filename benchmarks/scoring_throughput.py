@@ -9,7 +9,6 @@ and the ratio, measured side by side in one run.
 from __future__ import annotations
 
 import argparse
-import copy
 import tempfile
 import time
 from pathlib import Path

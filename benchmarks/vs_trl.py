@@ -387,7 +387,8 @@ def print_report(r: dict, args: argparse.Namespace) -> None:
     sc = r["scoring"]
     print("\n== scoring (same items, tokens as PRMTrainer encodes them): TRL-style one trajectory per pass vs our engine, batched ==")
     for who in ("trl", "ours"):
-        print(f"{who:10}{sc[who]['tokens_per_s']:>10} tokens/s{sc[who]['items_per_s']:>10} items/s  ({sc[who]['wall_s']} s; {sc[who]['own_tokens']} tokens in its own encoding)")
+        print(f"{who:10}{sc[who]['tokens_per_s']:>10} tokens/s{sc[who]['items_per_s']:>10} items/s  "
+              f"({sc[who]['wall_s']} s; {sc[who]['own_tokens']} tokens in its own encoding)")
     ra, met = r["ratios"], r["targets_met"]
     print(f"\nratios (ours / TRL): training tokens/s {ra['train_tokens_per_s']}x (target {TARGET_TRAIN}x: {'met' if met['train'] else 'NOT met'}), "
           f"training loop wall {ra['train_wall']}x faster, scoring tokens/s {ra['score_tokens_per_s']}x (target {TARGET_SCORE}x: "

@@ -33,7 +33,8 @@ def test_eval_threshold_sources_and_limit(tiny_checkpoint, synthetic_files, tmp_
     rep = json.loads(out.read_text())
     sidecar = json.loads((tiny_checkpoint / "prm_distill.json").read_text())
     assert rep["n_items"] == 5 and rep["threshold"] == pytest.approx(sidecar["threshold"]) and rep["threshold_source"].startswith("checkpoint")
-    assert main(["eval", "--model", str(tiny_checkpoint), "--data", str(synthetic_files["test"]), "--dev", str(synthetic_files["dev"]), "--output", str(out)]) == 0
+    assert main(["eval", "--model", str(tiny_checkpoint), "--data", str(synthetic_files["test"]), "--dev", str(synthetic_files["dev"]),
+                 "--output", str(out)]) == 0
     assert json.loads(out.read_text())["threshold_source"].startswith("dev")
 
 
@@ -182,7 +183,8 @@ def test_eval_on_processbench_format(tiny_checkpoint, tmp_path):
     ]
     (tmp_path / "pb.json").write_text(json.dumps(items))
     out = tmp_path / "r.json"
-    assert main(["eval", "--model", str(tiny_checkpoint), "--data", str(tmp_path / "pb.json"), "--format", "processbench", "--threshold", "0.0", "--output", str(out)]) == 0
+    assert main(["eval", "--model", str(tiny_checkpoint), "--data", str(tmp_path / "pb.json"), "--format", "processbench", "--threshold", "0.0",
+                 "--output", str(out)]) == 0
     rep = json.loads(out.read_text())
     # threshold 0: no score is below it, so every item is predicted all-correct: acc_correct 1, acc_erroneous 0, F1 0
     assert rep["acc_correct"] == 1.0 and rep["acc_erroneous"] == 0.0 and rep["processbench_f1"] == 0.0

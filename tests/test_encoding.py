@@ -3,9 +3,9 @@ import torch
 
 from prm_distill.encoding import QUESTION_SUFFIX, EncodingError, StepEncoder, ensure_step_tag
 from prm_distill.inference import score_encoded
+from prm_distill.records import Trajectory
 from prm_distill.train.config import LossConfig
 from prm_distill.train.data import build_rows
-from prm_distill.records import Trajectory
 
 
 @pytest.fixture

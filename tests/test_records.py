@@ -54,7 +54,7 @@ def test_bad_record_error_names_file_line_and_field(tmp_path, bad, field):
     with pytest.raises(RecordError) as err:
         read_jsonl(path)
     assert err.value.line == 2 and err.value.field == field
-    assert f"bad.jsonl:2" in str(err.value) and field in str(err.value)
+    assert "bad.jsonl:2" in str(err.value) and field in str(err.value)
 
 
 def test_invalid_json_and_duplicate_ids_name_their_line(tmp_path):

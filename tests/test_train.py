@@ -13,9 +13,9 @@ import torch
 from prm_distill.backbones import BackboneError
 from prm_distill.checkpoint import SIDECAR_NAME, load_checkpoint
 from prm_distill.config import ConfigError, load_config
+from prm_distill.records import read_jsonl
 from prm_distill.serve.engine import PRMEngine
 from prm_distill.train import TrainJobConfig, train
-from prm_distill.records import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,7 +50,8 @@ def test_export_reloads_in_plain_transformers_with_the_engine_numbers(tiny_check
 def test_training_moves_the_model_toward_the_labels(tiny_backbone, synthetic_files, train_overrides, tmp_path):
     """Twenty steps on a fixed batch of labels lower the loss: the loop really optimises."""
     out = tmp_path / "m"
-    summary = train(load_config(TrainJobConfig, None, train_overrides(tiny_backbone, synthetic_files, out, **{"optim.max_steps": 20, "data.limit": 8, "optim.batch_size": 8, "optim.warmup_ratio": 0.0, "optim.lr_scheduler": "constant"})))
+    settings = {"optim.max_steps": 20, "data.limit": 8, "optim.batch_size": 8, "optim.warmup_ratio": 0.0, "optim.lr_scheduler": "constant"}
+    summary = train(load_config(TrainJobConfig, None, train_overrides(tiny_backbone, synthetic_files, out, **settings)))
     losses = [h["loss"] for h in summary["history"] if "loss" in h]
     assert len(losses) == 20 and losses[-1] < 0.7 * losses[0]
 
@@ -105,8 +106,10 @@ def test_resume_continues_where_it_stopped_and_matches_an_uninterrupted_run(tiny
 
 
 def test_config_overrides_and_errors_name_the_key(tmp_path):
-    cfg = load_config(TrainJobConfig, None, ["optim.learning_rate=1e-3", "optim.max_steps=7", "model.backbone=/x", "loss.kind=mix", "data.train=[a.jsonl,b.jsonl]"])
-    assert cfg.optim.learning_rate == 0.001 and cfg.optim.max_steps == 7 and cfg.model.backbone == "/x" and cfg.loss.kind == "mix" and cfg.data.train == ["a.jsonl", "b.jsonl"]
+    cfg = load_config(TrainJobConfig, None,
+                      ["optim.learning_rate=1e-3", "optim.max_steps=7", "model.backbone=/x", "loss.kind=mix", "data.train=[a.jsonl,b.jsonl]"])
+    assert cfg.optim.learning_rate == 0.001 and cfg.optim.max_steps == 7 and cfg.model.backbone == "/x"
+    assert cfg.loss.kind == "mix" and cfg.data.train == ["a.jsonl", "b.jsonl"]
     with pytest.raises(ConfigError, match=r"optim\.max_stepz: unknown key"):
         load_config(TrainJobConfig, None, ["optim.max_stepz=3"])
     with pytest.raises(ConfigError, match=r"optim\.max_steps: expected an integer"):

@@ -44,7 +44,8 @@ def test_rates_pick_records_and_steps_without_numbers_yield_no_error_copy():
     assert kinds == ["padded", "injected_error"]
     words = Trajectory(id="w", question="Why?", steps=["Because.", "That is all."], labels=[1.0, 1.0])
     assert injected_error(words, NegativesConfig()) is None
-    picked = sum(bool(hard_negatives(Trajectory(id=f"x{i}", question="q", steps=["a 1", "b 2"], labels=[1.0, 1.0]), NegativesConfig(padded_rate=0.3))) for i in range(400))
+    picked = sum(bool(hard_negatives(Trajectory(id=f"x{i}", question="q", steps=["a 1", "b 2"], labels=[1.0, 1.0]), NegativesConfig(padded_rate=0.3)))
+                 for i in range(400))
     assert 80 <= picked <= 160  # 0.3 * 400 = 120, binomial sd about 9
 
 

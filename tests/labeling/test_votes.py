@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from prm_distill.labeling.votes import agreement, aggregate_step, judge_agreement, majority
+from prm_distill.labeling.votes import aggregate_step, agreement, judge_agreement, majority
 
 
 def test_soft_label_is_the_mean_and_agreement_the_share_of_the_majority():

@@ -6,9 +6,9 @@ import random
 import numpy as np
 import pytest
 
-from prm_distill.records import Trajectory, read_jsonl
-from prm_distill.recalibrate.audits import FILLERS, aggregate, pad, restate, position_bias, run_audits, self_preference, shortcuts, shorten, verbosity
+from prm_distill.recalibrate.audits import FILLERS, aggregate, pad, position_bias, restate, run_audits, self_preference, shortcuts, shorten, verbosity
 from prm_distill.recalibrate.config import AuditSettings
+from prm_distill.records import Trajectory, read_jsonl
 from prm_distill.serve.engine import PRMEngine
 
 

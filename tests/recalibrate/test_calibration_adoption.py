@@ -13,10 +13,10 @@ import pytest
 from prm_distill import calibration as cal
 from prm_distill.checkpoint import CalibrationWatch, write_calibration
 from prm_distill.metrics import expected_calibration_error
-from prm_distill.records import Trajectory
 from prm_distill.recalibrate.adoption import fit_and_check, maybe_adopt
 from prm_distill.recalibrate.config import CalibrationSettings
 from prm_distill.recalibrate.stats import split_ids
+from prm_distill.records import Trajectory
 
 
 def sigmoid(z):
