@@ -21,7 +21,7 @@ class RolloutConfig:
     max_new_tokens: int = field(default=512, metadata={"help": "Most generated tokens per sample."})
     seed: int = field(default=0, metadata={"help": "Base seed; sample j of problem p has its own seed derived from (seed, p, j)."})
     dataset_split: str | None = field(default=None, metadata={"aliases": ("split",), "help": "Split of a dataset with several (default: test when present, else the first)."})
-    limit: int | None = field(default=None, metadata={"help": "Roll out at most this many problems (null = all)."})
+    limit: int | None = field(default=None, metadata={"help": "Roll out at most this many problems, >= 1 (null = all)."})
     shard_problems: int = field(default=8, metadata={"help": "Problems per shard; a shard is written atomically once all its samples exist."})
     policy: PolicyConfig = field(default_factory=PolicyConfig, metadata={"help": "The policy and its backend."})
     splitter: SplitConfig = field(default_factory=SplitConfig, metadata={"aliases": ("steps",), "help": "Step splitter bounds (the shared splitter; labeling and the RL scorer must use the same)."})
