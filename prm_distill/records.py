@@ -15,12 +15,12 @@ import random
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from .atomic import atomic_open, dumps
 from .steps import SplitConfig, StepSplitError, split_steps
 
-FORMATS = ("jsonl", "processbench", "prmbench")
+FORMATS = ("jsonl", "processbench", "prmbench", "trl")
 T = TypeVar("T")
 log = logging.getLogger("prm_distill.records")
 
@@ -425,9 +425,76 @@ def sample_questions(records: list[Trajectory], limit: int | None, seed: int = 0
     return [r for r in records if r.question in keep]
 
 
+def parquet_rows(path: str | os.PathLike, required: Sequence[str], what: str, limit: int | None = None) -> list[dict[str, Any]]:
+    """The rows of a Parquet file as dicts; a file that is not readable Parquet, or lacks one of the `required`
+    columns, is a RecordError naming it (`what` says whose columns those are)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as e:
+        raise RecordError(f"{path}: not a readable Parquet file ({type(e).__name__}: {e})") from None
+    missing = [c for c in required if c not in table.column_names]
+    if missing:
+        raise RecordError(f"{path}: no column(s) {', '.join(missing)} ({what} has {', '.join(required)}, ...)")
+    if limit is not None:
+        table = table.slice(0, limit)
+    return table.to_pylist()
+
+
+TRL_COLUMNS = ("prompt", "completions", "labels")
+
+
+def read_trl(path: str | os.PathLike) -> list[Trajectory]:
+    """TRL's stepwise-supervision rows (what its removed PRMTrainer read): `prompt`, `completions` (the steps)
+    and `labels` (one bool per step, True = correct), as JSONL or Parquet (a hub dataset's shard, or
+    `Dataset.to_parquet`). Every label is kept, after a wrong step too, as PRMTrainer trained on them; a
+    conversational prompt (a list of role/content messages) gives its last user message as the question.
+    A malformed row is a RecordError naming its file, row and field, as for JSONL records."""
+    parquet = Path(path).suffix == ".parquet"
+    rows: Iterable[tuple[int, Any]] = enumerate(parquet_rows(path, TRL_COLUMNS, "TRL's stepwise supervision"), 1) if parquet else iter_jsonl(path)
+    out: list[Trajectory] = []
+    seen: dict[str, int] = {}
+    for n, row in rows:
+        try:
+            rec = _trl_row(row, n, Path(path).stem)
+            if rec.id in seen:
+                raise RecordError(f"duplicate id {rec.id!r} (first at {seen[rec.id]})", field="id")
+            seen[rec.id] = n
+            out.append(rec)
+        except RecordError as e:
+            where = f"row {n}" if parquet else n  # Parquet rows count from 1, as lines do
+            raise RecordError(_bare(e), source=str(path), line=where, field=e.field) from None  # type: ignore[arg-type]
+    return out
+
+
+def _trl_row(row: Any, n: int, stem: str) -> Trajectory:
+    if not isinstance(row, dict):
+        raise RecordError(f"expected an object, got {type(row).__name__}")
+    for k in TRL_COLUMNS:
+        if row.get(k) is None:
+            raise RecordError("missing", field=k)
+    prompt = row["prompt"]
+    if isinstance(prompt, list):  # conversational: [{"role": ..., "content": ...}, ...]
+        users = [m.get("content") for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
+        if not users or not isinstance(users[-1], str):
+            raise RecordError("a conversational prompt needs a user message with string content", field="prompt")
+        prompt = users[-1]
+    if not isinstance(prompt, str):
+        raise RecordError(f"must be a string or a list of messages, got {type(prompt).__name__}", field="prompt")
+    labels = row["labels"]
+    if not isinstance(labels, list):
+        raise RecordError(f"must be a list of booleans (True = correct step), got {type(labels).__name__}", field="labels")
+    meta = {"source": "trl", **({"index": row["index"]} if "index" in row else {})}
+    # no id in TRL's rows: the file's name and the row's number (unique within and across files)
+    return Trajectory(id=str(row["id"]) if row.get("id") is not None else f"{stem}:{n}", question=prompt, steps=row["completions"],
+                      labels=[float(b) if isinstance(b, bool) else b for b in labels], metadata=meta)
+
+
 def load_records(path: str | os.PathLike, fmt: str = "jsonl") -> list[Trajectory]:
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
     if not Path(path).is_file():
         raise FileNotFoundError(f"data file not found: {path}")
-    return {"jsonl": read_jsonl, "processbench": read_processbench, "prmbench": read_prmbench}[fmt](path)
+    return {"jsonl": read_jsonl, "processbench": read_processbench, "prmbench": read_prmbench, "trl": read_trl}[fmt](path)

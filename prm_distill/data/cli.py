@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..config import add_options, from_options
-from ..records import read_jsonl
+from ..records import FORMATS, read_jsonl
 from .build import BuildConfig, build_from_gsm8k, build_from_steps, excluded_questions, read_step_records
 from .math import build_from_math
 from .prm800k import PRM800KConfig, build_from_prm800k
@@ -78,6 +78,6 @@ def add_data_parser(sub) -> None:
     p.add_argument("--train-with", action="append", metavar="FILE",
                    help="records of another source's train split: their problems stay in train here (repeat); prm800k also drops its items equal to "
                         "one of theirs or of --dev-with's")
-    p.add_argument("--format", default="jsonl", choices=("jsonl", "processbench", "prmbench"), help="format of --input for 'steps'")
+    p.add_argument("--format", default="jsonl", choices=FORMATS, help="format of --input for 'steps'")
     p.add_argument("--originals-only", action="store_true", help="prmbench/steps: write only the originals and their variants, not the given labelled records")
     p.set_defaults(func=cmd_data)

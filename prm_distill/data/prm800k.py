@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..atomic import write_json
-from ..records import RecordError, Trajectory, write_jsonl
+from ..records import Trajectory, parquet_rows, write_jsonl
 from .build import BuildConfig, drop_excluded, split_with_sides, warn_dev_split
 
 log = logging.getLogger("prm_distill.data")
@@ -59,19 +59,7 @@ class PRM800KConfig:
 
 def read_rows(path: str | Path, limit: int | None = None) -> list[dict[str, Any]]:
     """The Parquet rows as dicts; a file that is not readable Parquet, or lacks a column, is a RecordError naming it."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        table = pq.read_table(path)
-    except (OSError, pa.ArrowException) as e:
-        raise RecordError(f"{path}: not a readable Parquet file ({type(e).__name__}: {e})") from None
-    missing = [c for c in COLUMNS if c not in table.column_names]
-    if missing:
-        raise RecordError(f"{path}: no column(s) {', '.join(missing)} (a PRM800K file has {', '.join(COLUMNS)}, ...)")
-    if limit is not None:
-        table = table.slice(0, limit)
-    return table.to_pylist()
+    return parquet_rows(path, COLUMNS, "a PRM800K file", limit)
 
 
 def _row_problem(row: dict[str, Any]) -> str | None:
