@@ -57,7 +57,7 @@ def check_compatible(folders: Sequence[Path]) -> list[Sidecar]:
     (raises CheckpointError naming the first difference)."""
     first, sidecars = folders[0], [read_sidecar(f) for f in folders]
     base_cfg, base_files = _config(first), _weight_files(first)
-    same = ("step_tag", "step_tag_id", "max_length", "encoding_version", "label_meaning", "verifier")
+    same = ("step_tag", "step_tag_id", "max_length", "encoding_version", "layout", "label_meaning", "verifier")
     for folder, sc in zip(folders[1:], sidecars[1:]):
         for key in same:
             if getattr(sc, key) != getattr(sidecars[0], key):
@@ -180,14 +180,14 @@ def average_checkpoints(models: Sequence[str | os.PathLike], output: str | os.Pa
 
 
 def choose_threshold_into(model_dir: str | os.PathLike, dev_files: Sequence[str], *, device: str = "auto",
-                          dev_limit: int | None = None) -> tuple[float, str]:
+                          dev_limit: int | None = None, fmt: str = "jsonl") -> tuple[float, str]:
     """Choose the decision threshold on `dev_files` with the one rule (`evaluate.choose_threshold`, the same
     sample `prm-distill eval --dev` takes) and store it in the checkpoint's sidecar."""
     from .evaluate import DEV_LIMIT, choose_threshold
     from .serve.engine import PRMEngine
 
     engine = PRMEngine.from_checkpoint(Path(model_dir), device=device)
-    threshold, source = choose_threshold(engine, None, dev_files, "jsonl", dev_limit=DEV_LIMIT if dev_limit is None else dev_limit or None)
+    threshold, source = choose_threshold(engine, None, dev_files, fmt, dev_limit=DEV_LIMIT if dev_limit is None else dev_limit or None)
     sidecar = read_sidecar(model_dir)
     sidecar.threshold, sidecar.threshold_source = float(threshold), f"{source}: best ProcessBench F1"
     write_sidecar(model_dir, sidecar)

@@ -18,7 +18,7 @@ from typing import Any
 
 from . import calibration as calib
 from .atomic import current_umask, write_json
-from .encoding import ENCODING_VERSION
+from .encoding import ENCODING_VERSION, LAYOUTS
 
 SIDECAR_NAME = "prm_distill.json"
 TRAINING_IDS = "training_ids.txt"  # the ids trained on, one per line: `recalibrate --heldout` refuses a held-out set sharing any
@@ -45,6 +45,7 @@ class Sidecar:
     calibration: dict[str, Any] | None = None
     verifier: dict[str, Any] | None = None  # the scoring rule of prm_distill.verify ({kind, cap}); None = scores are the model's alone
     training: dict[str, Any] = field(default_factory=dict)
+    layout: str = "tagged"  # encoding.LAYOUTS: tagged (trained here) | trl (a TRL PRMTrainer checkpoint, `prm-distill import-trl`)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str = SIDECAR_NAME) -> "Sidecar":
@@ -57,6 +58,8 @@ class Sidecar:
                 f"{source}: encoding_version {d['encoding_version']} is not supported by this prm_distill "
                 f"(it encodes version {ENCODING_VERSION}); scores would not match training"
             )
+        if d.get("layout", "tagged") not in LAYOUTS:
+            raise CheckpointError(f"{source}: layout must be one of {', '.join(LAYOUTS)}, got {d['layout']!r}")
         from .verify import validate_rule
 
         try:
@@ -203,7 +206,7 @@ def load_checkpoint(model_dir: str | os.PathLike, *, device: str = "cpu", dtype=
     if model.config.num_labels != 2:
         raise CheckpointError(f"{model_dir}: expected a 2-label token classifier, got num_labels={model.config.num_labels}")
     tag_ids = tokenizer.encode(sidecar.step_tag, add_special_tokens=False)
-    if tag_ids != [sidecar.step_tag_id]:
+    if (tag_ids[-1:] if sidecar.layout == "trl" else tag_ids) != [sidecar.step_tag_id]:
         raise CheckpointError(f"{model_dir}: the tokenizer encodes step tag {sidecar.step_tag!r} as {tag_ids}, sidecar says {sidecar.step_tag_id}")
     model.to(device).eval()
     return model, tokenizer, sidecar

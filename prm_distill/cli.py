@@ -149,6 +149,26 @@ def cmd_average(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import_trl(args: argparse.Namespace) -> int:
+    """Exit 0 when the imported checkpoint is written; 2 when the folder is not a PRM TRL could have saved (why is
+    named) or --output exists and is not empty."""
+    from .average import choose_threshold_into
+    from .import_trl import import_trl, read_separator
+
+    missing = [f for f in args.dev or [] if not Path(f).is_file()]
+    if missing:  # bad input (2) before anything is written
+        raise FileNotFoundError(f"dev file not found: {', '.join(missing)}")
+    sidecar = import_trl(args.model, args.output, separator=read_separator(args.separator), max_length=args.max_length)
+    print(f"imported {args.model} -> {args.output} (layout trl: separator {sidecar.step_tag!r} = ids "
+          f"{sidecar.training['separator_ids']}, windows of {sidecar.max_length} tokens)")
+    if args.dev:
+        threshold, source = choose_threshold_into(args.output, args.dev, device=args.device, dev_limit=args.dev_limit, fmt=args.dev_format)
+        print(f"threshold {threshold:.3f} ({source})")
+    else:
+        print("no threshold stored (no --dev): eval, the server and the RL scorer decide at 0.5 until one is chosen")
+    return 0
+
+
 def cmd_recalibrate(args: argparse.Namespace) -> int:
     """Exit 0: nothing flagged; 3: re-distillation advised (a drift flag or a floor); 2 on bad input; 4: judge unavailable."""
     from .recalibrate import RecalibrateConfig, run_recalibration
@@ -274,6 +294,18 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--dev-limit", type=int, default=600, help="about this many dev records (whole questions, seeded); 0 = all")
     a.add_argument("--device", default="auto")
     a.set_defaults(func=cmd_average)
+
+    it = sub.add_parser("import-trl", help="a PRM trained by TRL's PRMTrainer, made a checkpoint here (scored as TRL scored it)")
+    it.add_argument("--model", required=True, help="the folder PRMTrainer saved (*ForTokenClassification, safetensors, tokenizer)")
+    it.add_argument("--output", required=True, help="new folder for the checkpoint (refused if it exists and is not empty)")
+    it.add_argument("--separator", default="\\n", help="PRMConfig.step_separator the model was trained with (default: a newline; "
+                    "type \\n for a newline, \\t for a tab)")
+    it.add_argument("--max-length", type=int, default=1024, help="tokens per window, PRMConfig.max_length (longer trajectories are windowed)")
+    it.add_argument("--dev", action="append", help="dev file to choose the stored threshold on (the rule and sample of eval --dev)")
+    it.add_argument("--dev-format", default="jsonl", choices=FORMATS, help="format of the --dev files (trl: PRMTrainer's own rows)")
+    it.add_argument("--dev-limit", type=int, default=600, help="about this many dev records (whole questions, seeded); 0 = all")
+    it.add_argument("--device", default="auto")
+    it.set_defaults(func=cmd_import_trl)
 
     r = sub.add_parser("recalibrate", help="held-out metrics vs the last report, drift flags (exit 3: re-distil), checked calibration, audits")
     r.add_argument("--model", help="exported checkpoint folder")

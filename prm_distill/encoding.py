@@ -9,6 +9,11 @@ about 4 F1 points to that mismatch).
 With a causal backbone the hidden state at step k's tag has seen exactly the question and steps
 1..k, so one forward pass gives every step's context-prefixed score.
 
+Two layouts: `tagged` (ours: the question plus "\n", each step followed by one step-tag token) and `trl`
+(the sequence TRL's PRMTrainer trained on, for checkpoints it made: BOS when the tokenizer has one, the
+question as given, each step followed by the ids of its step separator, scored at the separator's last
+token). Everything else (windows, truncation) is the same code.
+
 Windows: a trajectory longer than `max_length` tokens is cut into windows. Each window holds the
 question, then preceding steps as context (up to `context_fraction` of the room left after the
 question), then as many new steps as fit; only the new steps are scored in that window, so every
@@ -24,6 +29,7 @@ from dataclasses import dataclass
 ENCODING_VERSION = 1
 DEFAULT_STEP_TAG = "<|step|>"
 QUESTION_SUFFIX = "\n"
+LAYOUTS = ("tagged", "trl")
 
 
 class EncodingError(ValueError):
@@ -76,7 +82,18 @@ class StepEncoder:
         max_length: int = 2048,
         max_question_tokens: int | None = None,
         context_fraction: float = 0.5,
+        layout: str = "tagged",
+        tag_ids: list[int] | None = None,
     ):
+        """`layout` trl: `tag_ids` are the step separator's ids (ending in `step_tag_id`); tagged: [step_tag_id]."""
+        if layout not in LAYOUTS:
+            raise EncodingError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+        self.layout = layout
+        self.tag_ids = list(tag_ids) if tag_ids else [int(step_tag_id)]
+        if self.tag_ids[-1] != int(step_tag_id) or (layout == "tagged" and len(self.tag_ids) != 1):
+            raise EncodingError(f"tag ids {self.tag_ids} do not end in the step tag id {step_tag_id}")
+        bos = getattr(tokenizer, "bos_token_id", None)
+        self.prefix = [int(bos)] if layout == "trl" and bos is not None else []
         if max_length < 8:
             raise EncodingError(f"max_length must be at least 8 tokens, got {max_length}")
         if not 0.0 <= context_fraction < 1.0:
@@ -106,14 +123,15 @@ class StepEncoder:
         for i, s in enumerate(steps):
             if not isinstance(s, str) or not s.strip():
                 raise EncodingError(f"step {i} is empty")
-        tokenized = self._tokenize([question.rstrip() + QUESTION_SUFFIX] + list(steps))
-        q, truncated = tokenized[0], False
+        head = question.rstrip() + QUESTION_SUFFIX if self.layout == "tagged" else question
+        tokenized = self._tokenize([head] + list(steps))
+        q, truncated = self.prefix + tokenized[0], False
         if len(q) > self.max_question_tokens:
             q, truncated = q[: self.max_question_tokens], True
         room = self.max_length - len(q)
         parts = []
         for ids in tokenized[1:]:
-            part = ids + [self.step_tag_id]
+            part = ids + self.tag_ids
             if len(part) > room:
                 part, truncated = part[-room:], True
             parts.append(part)
@@ -139,3 +157,9 @@ class StepEncoder:
                 i += 1
             windows.append(Window(ids, positions, indices))
         return windows
+
+
+def encoder_for(tokenizer, sidecar) -> StepEncoder:
+    """The encoder a checkpoint was trained with, from its sidecar (`layout`, step tag, window length)."""
+    tag_ids = tokenizer.encode(sidecar.step_tag, add_special_tokens=False) if sidecar.layout == "trl" else None
+    return StepEncoder(tokenizer, sidecar.step_tag_id, sidecar.max_length, layout=sidecar.layout, tag_ids=tag_ids)

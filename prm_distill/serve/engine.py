@@ -25,7 +25,7 @@ import torch
 
 from .. import calibration as calib
 from ..checkpoint import CalibrationWatch, Sidecar, load_checkpoint, pad_token_id
-from ..encoding import EncodedTrajectory, StepEncoder
+from ..encoding import EncodedTrajectory, encoder_for
 from ..inference import score_encoded
 from ..steps import SplitConfig, split_steps, splitter_config
 from ..verify import apply_rule
@@ -127,7 +127,7 @@ class PRMEngine:
         self.max_batch_tokens = max_batch_tokens
         # tokens of one forward pass; a longer batch is run in several passes (same scores)
         self.forward_tokens = min(max_batch_tokens, forward_tokens or max_batch_tokens)
-        self.encoder = StepEncoder(tokenizer, sidecar.step_tag_id, sidecar.max_length)
+        self.encoder = encoder_for(tokenizer, sidecar)
         self.pad_id = pad_token_id(tokenizer)
         # the checkpoint's verifier rule (a refuted step is capped), unless switched off to compare
         self.verifier_rule = sidecar.verifier if verifier else None

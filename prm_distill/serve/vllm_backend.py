@@ -36,7 +36,7 @@ from typing import Any
 
 from ..atomic import dumps
 from ..checkpoint import CalibrationWatch, Sidecar, read_sidecar
-from ..encoding import EncodedTrajectory, StepEncoder, Window
+from ..encoding import EncodedTrajectory, Window, encoder_for
 from ..generate.engine_kwargs import vllm_engine_kwargs
 from ..protocol import Item
 from ..verify import apply_rule
@@ -81,7 +81,7 @@ class _StepInputs:
 
         self.sidecar = read_sidecar(model_dir)
         self.model_id = Path(model_dir).name
-        self.encoder = StepEncoder(AutoTokenizer.from_pretrained(model_dir), self.sidecar.step_tag_id, self.sidecar.max_length)
+        self.encoder = encoder_for(AutoTokenizer.from_pretrained(model_dir), self.sidecar)
         self.calibration = CalibrationWatch(model_dir, self.sidecar.calibration)
 
     def encode(self, items: Sequence[Item]) -> tuple[list[EncodedTrajectory], list[list[int]]]:
