@@ -31,10 +31,13 @@ demo: venv
 
 # Each RL trainer whose pins clash with ours gets its own venv with this package installed beside it, pins
 # unchanged (verl 0.9.1: transformers <5.11; OpenRLHF 0.11.2: ==5.15.0): tests/integrations/test_verl_real.py
-# drives .venv-verl from .venv; the OpenRLHF tests run inside .venv-openrlhf. Tests skip where a venv is absent.
+# drives .venv-verl from .venv; the OpenRLHF tests run inside .venv-openrlhf. TRL 1.13 (.venv-trl), the last
+# release with PRMTrainer: tests/integrations/test_trl_prm_import.py imports a PRM it trained (and
+# benchmarks/vs_trl.py compares trainers). Tests skip where a venv is absent.
 trainer-venvs:
 	scripts/setup_verl.sh
 	scripts/setup_openrlhf.sh
+	scripts/setup_trl.sh
 
 test: venv vllm-venv trainer-venvs
 	$(BIN)/python -m pytest -q

@@ -34,6 +34,9 @@ def _check_source(src: Path) -> dict[str, Any]:
     if not src.is_dir():
         raise CheckpointError(f"model folder not found: {src}")
     if not (src / "config.json").is_file():
+        if (src / "adapter_config.json").is_file():  # PRMTrainer with peft_config saves the adapter alone
+            raise CheckpointError(f"{src}: a peft adapter, not a whole model: merge it into its base first "
+                                  "(PeftModel.from_pretrained(base, folder).merge_and_unload().save_pretrained(out), tokenizer beside it)")
         raise CheckpointError(f"{src}: config.json is missing (not a saved transformers model)")
     config = json.loads((src / "config.json").read_text(encoding="utf-8"))
     archs = config.get("architectures") or []

@@ -103,6 +103,12 @@ def test_what_import_refuses(trl_model, tiny_backbone, tmp_path, capsys):
     # a causal LM is not a PRM
     assert main(["import-trl", "--model", str(tiny_backbone), "--output", str(tmp_path / "a")]) == 2
     assert "not a token classifier" in capsys.readouterr().err and not (tmp_path / "a").exists()
+    # a LoRA run's adapter alone
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "base_model_name_or_path": "Qwen/Qwen2.5-Math-1.5B"}))
+    assert main(["import-trl", "--model", str(adapter), "--output", str(tmp_path / "a")]) == 2
+    assert "a peft adapter, not a whole model: merge it" in capsys.readouterr().err
     # pickled weights only
     pickled = tmp_path / "pickled"
     pickled.mkdir()
@@ -121,7 +127,7 @@ def test_what_import_refuses(trl_model, tiny_backbone, tmp_path, capsys):
     # a separator the tokenizer turns into nothing, and leftovers of a refused import: none
     with pytest.raises(ValueError, match="must not be empty"):
         import_trl(trl_model, tmp_path / "c", separator="")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["pickled", "taken"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adapter", "pickled", "taken"]
 
 
 def test_a_sidecar_with_an_unknown_layout_is_refused(trl_model, tmp_path):
