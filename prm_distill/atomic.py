@@ -51,6 +51,27 @@ def atomic_open(path: str | os.PathLike) -> Iterator[IO[str]]:
         raise
 
 
+@contextmanager
+def atomic_folder(path: str | os.PathLike) -> Iterator[Path]:
+    """A new folder built in a temporary folder beside `path` and renamed to it when the block ends without
+    error (then readable by others, as any checkpoint is); on error nothing is left. `path` must be absent
+    or an empty folder: the caller refuses anything else first, with its own words."""
+    import shutil
+
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        yield tmp
+        tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes it 0700
+        if out.is_dir():
+            out.rmdir()  # empty, or this raises and nothing is overwritten
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 def json_safe(obj: Any) -> Any:
     """NaN/inf become null, numpy scalars and arrays plain numbers and lists, paths strings."""
     if isinstance(obj, bool) or obj is None or isinstance(obj, (int, str)):

@@ -13,13 +13,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .atomic import current_umask
+from .atomic import atomic_folder
 from .checkpoint import MODEL_FILES, TOKENIZER_FILES, TRAINING_IDS, CheckpointError, Sidecar, read_sidecar, write_sidecar, write_training_ids
 
 # config.json keys that say how a folder was written, not what the model computes.
@@ -145,9 +144,7 @@ def average_checkpoints(models: Sequence[str | os.PathLike], output: str | os.Pa
     mix = _weights(weights, len(folders))
     sidecars = check_compatible(folders)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic_folder(out) as tmp:
         for name in _weight_files(folders[0]):
             tensors, metadata = _mean_file(name, folders, mix)
             save_file(tensors, str(tmp / name), metadata=metadata)
@@ -169,13 +166,6 @@ def average_checkpoints(models: Sequence[str | os.PathLike], output: str | os.Pa
         sidecar = Sidecar(**{**asdict(sidecars[0]), "threshold": None, "calibration": None, "training": provenance,
                              "threshold_source": "none: averaged weights, no dev split scored (prm-distill average --dev chooses one)"})
         write_sidecar(tmp, sidecar)  # last: a folder with a sidecar is a complete checkpoint
-        tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes it 0700: readable by others as any checkpoint is
-        if out.is_dir():
-            out.rmdir()  # empty (checked above)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return provenance
 
 

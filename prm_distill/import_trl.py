@@ -13,11 +13,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from .atomic import current_umask
+from .atomic import atomic_folder
 from .checkpoint import MODEL_FILES, TOKENIZER_FILES, CheckpointError, Sidecar, load_checkpoint, write_sidecar
 
 # PRMTrainer's defaults (trl.PRMConfig): the separator after each step and the longest sequence it trained on
@@ -73,20 +72,11 @@ def import_trl(model: str | os.PathLike, output: str | os.PathLike, *, separator
     sidecar = Sidecar(step_tag=separator, step_tag_id=int(sep_ids[-1]), max_length=int(max_length), layout="trl",
                       threshold_source="none: imported, no dev split scored (prm-distill import-trl --dev chooses one)",
                       training={"imported_from": str(src.resolve()), "trainer": "TRL PRMTrainer", "separator_ids": sep_ids})
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic_folder(out) as tmp:
         names = [p.name for p in src.glob("*.safetensors")] + ["model.safetensors.index.json", *MODEL_FILES, *TOKENIZER_FILES]
         for name in names:  # weights, configs, tokenizer: not the trainer's state (optimizer, training_args.bin)
             if (src / name).is_file():
                 shutil.copy2(src / name, tmp / name)
         write_sidecar(tmp, sidecar)
         load_checkpoint(tmp)  # the folder loads and the separator checks out, before it takes the output's name
-        tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes it 0700: readable by others as any checkpoint is
-        if out.is_dir():
-            out.rmdir()  # empty (checked above)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return sidecar
