@@ -51,11 +51,17 @@ def atomic_open(path: str | os.PathLike) -> Iterator[IO[str]]:
         raise
 
 
+def occupied(path: str | os.PathLike) -> bool:
+    """Whether `path` is a file or a non-empty folder: what `atomic_folder` never replaces."""
+    out = Path(path)
+    return out.exists() and (any(out.iterdir()) if out.is_dir() else True)
+
+
 @contextmanager
 def atomic_folder(path: str | os.PathLike) -> Iterator[Path]:
     """A new folder built in a temporary folder beside `path` and renamed to it when the block ends without
-    error (then readable by others, as any checkpoint is); on error nothing is left. `path` must be absent
-    or an empty folder: the caller refuses anything else first, with its own words."""
+    error (then readable by others, as any checkpoint is); on error nothing is left. `path` must not be
+    `occupied`: the caller refuses that first, with its own words."""
     import shutil
 
     out = Path(path)

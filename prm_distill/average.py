@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .atomic import atomic_folder
+from .atomic import atomic_folder, occupied
 from .checkpoint import MODEL_FILES, TOKENIZER_FILES, TRAINING_IDS, CheckpointError, Sidecar, read_sidecar, write_sidecar, write_training_ids
 
 # config.json keys that say how a folder was written, not what the model computes.
@@ -136,7 +136,7 @@ def average_checkpoints(models: Sequence[str | os.PathLike], output: str | os.Pa
         if not f.is_dir():
             raise CheckpointError(f"model folder not found: {f}")
     out = Path(output)
-    if out.exists() and (any(out.iterdir()) if out.is_dir() else True):
+    if occupied(out):
         raise ValueError(f"{out} exists and is not empty: average writes a new folder (it never overwrites a checkpoint)")
     resolved = {f.resolve() for f in folders}
     if len(resolved) != len(folders):

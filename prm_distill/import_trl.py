@@ -14,9 +14,8 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
 
-from .atomic import atomic_folder
+from .atomic import atomic_folder, occupied
 from .checkpoint import MODEL_FILES, TOKENIZER_FILES, CheckpointError, Sidecar, load_checkpoint, write_sidecar
 
 # PRMTrainer's defaults (trl.PRMConfig): the separator after each step and the longest sequence it trained on
@@ -29,7 +28,7 @@ def read_separator(text: str) -> str:
     return text.replace("\\n", "\n").replace("\\t", "\t")
 
 
-def _check_source(src: Path) -> dict[str, Any]:
+def _check_source(src: Path) -> None:
     if not src.is_dir():
         raise CheckpointError(f"model folder not found: {src}")
     if not (src / "config.json").is_file():
@@ -49,7 +48,6 @@ def _check_source(src: Path) -> dict[str, Any]:
         raise CheckpointError(f"{src} has no .safetensors weights (pickled .bin weights are refused: re-save with safe_serialization=True)")
     if not (src / "tokenizer_config.json").is_file():
         raise CheckpointError(f"{src}: no tokenizer files (PRMTrainer saves the tokenizer beside the model: tokenizer.save_pretrained)")
-    return config
 
 
 def import_trl(model: str | os.PathLike, output: str | os.PathLike, *, separator: str = TRL_SEPARATOR,
@@ -64,7 +62,7 @@ def import_trl(model: str | os.PathLike, output: str | os.PathLike, *, separator
         raise ValueError("the step separator must not be empty")
     if max_length < 8:
         raise ValueError(f"max_length must be at least 8 tokens, got {max_length}")
-    if out.exists() and (any(out.iterdir()) if out.is_dir() else True):
+    if occupied(out):
         raise ValueError(f"{out} exists and is not empty: import-trl writes a new folder (it never overwrites one)")
     sep_ids = AutoTokenizer.from_pretrained(src).encode(separator, add_special_tokens=False)
     if not sep_ids:

@@ -477,10 +477,11 @@ def _trl_row(row: Any, n: int, stem: str) -> Trajectory:
             raise RecordError("missing", field=k)
     prompt = row["prompt"]
     if isinstance(prompt, list):  # conversational: [{"role": ..., "content": ...}, ...]
-        users = [m.get("content") for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
-        if not users or not isinstance(users[-1], str):
-            raise RecordError("a conversational prompt needs a user message with string content", field="prompt")
-        prompt = users[-1]
+        from .serve.prompts import last_user_text
+
+        prompt = last_user_text(prompt)
+        if prompt is None:
+            raise RecordError("a conversational prompt needs a user message with text", field="prompt")
     if not isinstance(prompt, str):
         raise RecordError(f"must be a string or a list of messages, got {type(prompt).__name__}", field="prompt")
     labels = row["labels"]

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from prm_distill import calibration
 from prm_distill.aggregate import AGGREGATIONS, aggregate
-from prm_distill.serve.prompts import message_text, prompt_question, strip_end_markers
+from prm_distill.serve.prompts import last_user_text, message_text, prompt_question, strip_end_markers
 from prm_distill.steps import SplitConfig, StepSplitError, split_step_spans, splitter_config
 
 T = TypeVar("T")
@@ -84,10 +84,10 @@ def question_of(prompt: Any) -> str:
     if isinstance(prompt, str):
         return prompt_question(prompt)
     if isinstance(prompt, Sequence):
-        for message in reversed(list(prompt)):
-            if isinstance(message, Mapping) and message.get("role") == "user" and message_text(message).strip():
-                return message_text(message).strip()
-        raise UnscorableError("no_question", "the prompt has no user message to use as the question")
+        text = last_user_text(prompt)
+        if text is None:
+            raise UnscorableError("no_question", "the prompt has no user message to use as the question")
+        return text.strip()
     raise TypeError(f"a prompt must be a string or a list of chat messages, got {type(prompt).__name__}")
 
 

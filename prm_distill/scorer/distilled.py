@@ -64,7 +64,7 @@ from prm_distill.scorer.alignment import assign_tokens_to_steps, decode_with_off
 from prm_distill.scorer.contract import BaseScorer, BaseTrajectoryScorer, PRMMetricObservation, PRMScorerResult
 from prm_distill.serve import PRMEngine
 from prm_distill.serve.batcher import ScoreBatcher
-from prm_distill.serve.prompts import message_text
+from prm_distill.serve.prompts import last_user_text, message_text
 from prm_distill.steps import split_step_spans, splitter_config
 
 # for_shaping_mode -> (transform, placement)
@@ -229,9 +229,9 @@ class _DistilledPRM:
     def _question(self, interaction: Any) -> str:
         messages = list(interaction.messages or [])
         if self.context == "question":
-            for message in reversed(messages):
-                if message.get("role") == "user" and message_text(message).strip():
-                    return message_text(message)
+            text = last_user_text(messages)
+            if text is not None:
+                return text
             raise ValueError(f"interaction {interaction.interaction_id!r} has no user message to use as the question")
         blocks = [
             f"{message.get('role')}: {text}"

@@ -57,3 +57,12 @@ def message_text(message: Any) -> str:
     if isinstance(content, Sequence):
         return "".join(part.get("text", "") for part in content if isinstance(part, Mapping) and part.get("type") == "text")
     raise TypeError(f"unsupported message content {content!r}")
+
+
+def last_user_text(messages: Sequence[Any]) -> str | None:
+    """The text of the last user message that has any (a prompt's question), or None: the one reading of a
+    message list's question (TRL's rewards and stepwise rows, the RL scorer)."""
+    for message in reversed(list(messages)):
+        if isinstance(message, Mapping) and message.get("role") == "user" and (text := message_text(message)).strip():
+            return text
+    return None
