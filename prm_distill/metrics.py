@@ -63,21 +63,51 @@ def paired_auroc_difference(scores_a, scores_b, labels, *, groups: Sequence[Hash
         raise ValueError(f"groups must name one group per item: {len(groups)} for {len(labels)} items")
     if not 0 < level < 1 or n_boot < 1:
         raise ValueError("level must lie in (0, 1) and n_boot >= 1")
-    members: dict[Hashable, list[int]] = {}
-    for i, g in enumerate(range(len(labels)) if groups is None else groups):
-        members.setdefault(g, []).append(i)
-    clusters = list(members.values())
+    members: dict[Hashable, int] = {}
+    cluster = [members.setdefault(g, len(members)) for g in (range(len(labels)) if groups is None else groups)]
     diff = step_auroc(scores_a, labels) - step_auroc(scores_b, labels)
+    # A resample of whole clusters is a weight per cluster (how often it was drawn), so each scorer's
+    # AUROC is the weighted Mann-Whitney statistic over one sort of its scores, not a new sort per draw.
+    a, b = _WeightedAuroc(scores_a, labels, cluster), _WeightedAuroc(scores_b, labels, cluster)
     rng = np.random.default_rng(seed)
     boots = []
     for _ in range(n_boot):
-        idx = [i for c in rng.integers(0, len(clusters), len(clusters)) for i in clusters[c]]
-        d = step_auroc([scores_a[i] for i in idx], [labels[i] for i in idx]) - step_auroc([scores_b[i] for i in idx], [labels[i] for i in idx])
+        drawn = np.bincount(rng.integers(0, len(members), len(members)), minlength=len(members)).astype(float)
+        d = a(drawn) - b(drawn)
         if not math.isnan(d):
             boots.append(d)
     lo, hi = (np.quantile(boots, [(1 - level) / 2, (1 + level) / 2]) if boots else (NAN, NAN))
     return {"difference": float(diff), "low": float(lo), "high": float(hi), "level": level, "n_boot": len(boots),
-            "n_groups": len(clusters)}
+            "n_groups": len(members)}
+
+
+class _WeightedAuroc:
+    """Step AUROC (ties count half, 0.5 and unlabelled steps left out) when each item's steps are
+    counted `weight[cluster of the item]` times: a bootstrap draw without copying or re-sorting."""
+
+    def __init__(self, scores, labels, cluster: Sequence[int]) -> None:
+        p, y, c = [], [], []
+        for ss, ls, k in zip(scores, labels, cluster):
+            for s, lab in zip(ss, ls or []):
+                if lab is not None and lab != 0.5:
+                    p.append(s)
+                    y.append(lab > 0.5)
+                    c.append(k)
+        self.good = np.asarray(y, dtype=bool)
+        self.cluster = np.asarray(c, dtype=int)
+        # dense rank of each score: equal scores share a rank, the tie that counts half
+        ranks, self.rank = np.unique(np.asarray(p, dtype=float), return_inverse=True)
+        self.n_ranks = len(ranks)
+
+    def __call__(self, cluster_weight: np.ndarray) -> float:
+        w = cluster_weight[self.cluster]
+        good = np.bincount(self.rank[self.good], w[self.good], self.n_ranks)
+        bad = np.bincount(self.rank[~self.good], w[~self.good], self.n_ranks)
+        n_good, n_bad = good.sum(), bad.sum()
+        if n_good == 0 or n_bad == 0:
+            return NAN
+        below = np.cumsum(bad) - bad  # bad weight strictly below each rank
+        return float((good * (below + 0.5 * bad)).sum() / (n_good * n_bad))
 
 
 def _good_bad_means(scores, labels, group: Callable[[int, int], Any], groups: Sequence[Any]) -> dict[Any, dict[str, float]]:

@@ -1,5 +1,6 @@
 import math
 
+import numpy as np
 import pytest
 
 from prm_distill.metrics import (
@@ -102,6 +103,30 @@ def test_paired_auroc_difference_resamples_whole_problems_when_grouped():
         paired_auroc_difference(perfect, b, labels, n_boot=50)
     with pytest.raises(ValueError, match="one group per item: 2 for 3 items"):
         paired_auroc_difference(perfect, b, labels, groups=["p", "q"])
+
+
+def test_bootstrap_draws_are_the_aurocs_of_the_resampled_items_themselves():
+    # the definition, spelled out: draw whole problems with replacement, concatenate their items, take
+    # each scorer's step AUROC of that list with scikit-learn; ties (scores on a 0.1 grid), 0.5 and
+    # unlabelled steps included. The interval must be that of these draws (the same seed, the same draws).
+    import random as _random
+
+    r = _random.Random(7)
+    labels = [[r.choice([1, 1, 0, 0.5, None]) for _ in range(r.randint(1, 5))] for _ in range(30)]
+    a = [[round(r.random(), 1) for _ in item] for item in labels]
+    b = [[round(r.random(), 1) for _ in item] for item in labels]
+    problems = [i % 8 for i in range(30)]
+    clusters = [[i for i in range(30) if problems[i] == g] for g in range(8)]
+    rng, draws = np.random.default_rng(5), []
+    for _ in range(300):
+        idx = [i for c in rng.integers(0, 8, 8) for i in clusters[c]]
+        d = step_auroc([a[i] for i in idx], [labels[i] for i in idx]) - step_auroc([b[i] for i in idx], [labels[i] for i in idx])
+        if not np.isnan(d):
+            draws.append(d)
+    got = paired_auroc_difference(a, b, labels, groups=problems, n_boot=300, seed=5)
+    assert got["n_boot"] == len(draws) and got["n_groups"] == 8
+    assert got["difference"] == pytest.approx(step_auroc(a, labels) - step_auroc(b, labels))
+    assert [got["low"], got["high"]] == pytest.approx(list(np.quantile(draws, [0.025, 0.975])), abs=1e-12)
 
 
 def test_grouped_interval_is_as_wide_as_the_problems_allow():
