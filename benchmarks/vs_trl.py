@@ -113,24 +113,26 @@ def trl_train(a: argparse.Namespace) -> None:
 
 
 def trl_score(a: argparse.Namespace) -> None:
-    """TRL-style scoring: the sequence PRMTrainer.tokenize_row builds (bos, prompt, each step followed
-    by the separator), one trajectory per forward pass, P(good) read at each step's separator."""
+    """TRL-style scoring: the sequence PRMTrainer's own tokenize_row builds (bos, prompt, each step followed
+    by the separator), one trajectory per forward pass, P(good) read where it puts each step's label."""
+    import inspect
+
     import torch
     from transformers import AutoModelForTokenClassification, AutoTokenizer
 
     _threads(a.threads)
+    _, PRMTrainer = _trl_imports()
     tok = AutoTokenizer.from_pretrained(a.model)
     model = AutoModelForTokenClassification.from_pretrained(a.model, dtype=getattr(torch, a.dtype)).eval()
-    sep = tok.encode("\n", add_special_tokens=False)
     items = [json.loads(x) for x in Path(a.items).read_text(encoding="utf-8").splitlines() if x.strip()]
+    names = inspect.signature(PRMTrainer.tokenize_row).parameters  # its arguments changed across TRL releases
+    given = {"tokenizer": tok, "step_separator": "\n", "max_length": None, "max_prompt_length": None,
+             "max_completion_length": None, "train_on_last_step_only": False, "is_eval": True}
 
     def encode(q: str, steps: list[str]) -> tuple[list[int], list[int]]:
-        ids = ([tok.bos_token_id] if tok.bos_token_id is not None else []) + tok(q, add_special_tokens=False)["input_ids"]
-        pos = []
-        for s in steps:
-            ids += tok(s, add_special_tokens=False)["input_ids"] + sep
-            pos.append(len(ids) - 1)
-        return ids, pos
+        features = {"prompt": q, "completions": steps, "labels": [True] * len(steps)}
+        row = PRMTrainer.tokenize_row(features, **{k: v for k, v in given.items() if k in names})
+        return list(row["input_ids"]), [i for i, lab in enumerate(row["labels"]) if lab != -100]
 
     def one(ids: list[int], pos: list[int]) -> list[float]:
         logits = model(input_ids=torch.tensor([ids])).logits[0]
