@@ -21,7 +21,6 @@ from pathlib import Path
 import torch
 from scoring_throughput import tiny_backbone  # the same tiny random backbone as the scoring benchmark
 
-from prm_distill.checkpoint import Sidecar
 from prm_distill.scorer import Interaction, ModelResponse, PRMRunner, load_prm_config, score_branches
 from prm_distill.scorer.alignment import assign_tokens_to_steps, decode_with_offsets
 from prm_distill.serve import PRMEngine
@@ -34,8 +33,8 @@ def export_checkpoint(backbone: str, out: Path) -> Path:
     from prm_distill.train.model import build_model, export
 
     cfg = ModelConfig(backbone=backbone)
-    model, tok, tag_id, _ = build_model(cfg, LoraSettings(enabled=False))
-    export(model, tok, str(out), Sidecar(step_tag=cfg.step_tag, step_tag_id=tag_id, max_length=cfg.max_length))
+    model, tok, encoding, _ = build_model(cfg, LoraSettings(enabled=False))
+    export(model, tok, str(out), encoding)
     return out
 
 

@@ -139,6 +139,35 @@ def test_a_sidecar_with_an_unknown_layout_is_refused(trl_model, tmp_path):
         read_sidecar(out)
 
 
+def test_training_an_imported_prm_goes_on_in_trls_encoding(trl_model, synthetic_files, train_overrides, tmp_path, capsys):
+    # a TRL user fine-tunes their imported PRM on new data: the rows are encoded as TRL encoded them (BOS, the
+    # prompt, each step + the separator's ids), no step tag is added, and the new checkpoint says trl layout.
+    from transformers import AutoTokenizer
+
+    from prm_distill.config import load_config
+    from prm_distill.train import TrainJobConfig, train
+    from prm_distill.train.loop import setup
+
+    imported = tmp_path / "imported"
+    import_trl(trl_model, imported, separator=" ки")  # two tokens here
+    out = tmp_path / "continued"
+    cfg = load_config(TrainJobConfig, None, train_overrides(imported, synthetic_files, out, **{"optim.max_steps": 1, "optim.learning_rate": 0.0}))
+    engine = PRMEngine.from_checkpoint(imported, device="cpu")
+    question, steps = ITEMS[0]
+    assert setup(cfg).encoder.encode(question, steps) == engine.encoder.encode(question, steps)
+    train(cfg)
+    sidecar = read_sidecar(out)
+    assert (sidecar.layout, sidecar.step_tag, sidecar.step_tag_id) == ("trl", " ки", read_sidecar(imported).step_tag_id)
+    assert len(AutoTokenizer.from_pretrained(out)) == len(AutoTokenizer.from_pretrained(trl_model))
+    # learning rate 0: the same weights, so in the same encoding the scores are still TRL's own
+    for (q, s), scores in zip(ITEMS, PRMEngine.from_checkpoint(out, device="cpu").score(ITEMS)):
+        assert scores == pytest.approx(trl_reference(trl_model, q, s, " ки"), abs=1e-5)
+    # another step tag than the checkpoint's is refused (exit 2), naming both
+    args = train_overrides(imported, synthetic_files, tmp_path / "other", **{"model.step_tag": "<x>"})
+    assert main(["train", *args]) == 2
+    assert "trained with the step tag ' ки' (trl layout)" in capsys.readouterr().err and not (tmp_path / "other").exists()
+
+
 def test_separators_typed_in_a_shell():
     assert read_separator("\\n") == "\n" and read_separator("\\n\\n") == "\n\n" and read_separator(" ки") == " ки"
 

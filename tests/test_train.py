@@ -194,16 +194,15 @@ def test_time_budget_stops_exports_and_leaves_a_resumable_checkpoint(save_steps,
 def test_num_layers_keeps_the_bottom_layers_and_exports_a_loadable_shallower_model(tiny_backbone, tmp_path):
     from transformers import AutoModelForTokenClassification
 
-    from prm_distill.checkpoint import Sidecar
     from prm_distill.train.config import LoraSettings, ModelConfig
     from prm_distill.train.model import build_model, export
 
     full, *_ = build_model(ModelConfig(backbone=str(tiny_backbone)), LoraSettings(enabled=False))
-    model, tok, tag, _ = build_model(ModelConfig(backbone=str(tiny_backbone), num_layers=1), LoraSettings(enabled=False))
+    model, tok, encoding, _ = build_model(ModelConfig(backbone=str(tiny_backbone), num_layers=1), LoraSettings(enabled=False))
     assert model.config.num_hidden_layers == 1 and len(model.model.layers) == 1
     # the kept layer is the backbone's first layer, unchanged
     torch.testing.assert_close(model.model.layers[0].mlp.up_proj.weight, full.model.layers[0].mlp.up_proj.weight)
-    export(model, tok, str(tmp_path / "shallow"), Sidecar(step_tag="<|step|>", step_tag_id=tag, max_length=256))
+    export(model, tok, str(tmp_path / "shallow"), encoding)
     reloaded = AutoModelForTokenClassification.from_pretrained(tmp_path / "shallow")
     assert reloaded.config.num_hidden_layers == 1 and len(reloaded.model.layers) == 1
     with pytest.raises(BackboneError, match="num_layers must be between 1 and 2"):

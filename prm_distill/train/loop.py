@@ -25,8 +25,8 @@ import torch
 
 from .. import stop as stopping
 from ..atomic import dumps
-from ..checkpoint import pad_token_id
-from ..encoding import StepEncoder
+from ..checkpoint import Sidecar, pad_token_id
+from ..encoding import StepEncoder, encoder_for
 from ..exits import Interrupted
 from ..metrics import dev_split_warning, fmt
 from ..records import Trajectory
@@ -53,7 +53,7 @@ class Run:
     model: Any
     template: torch.nn.Module  # meta-device copy that sharded weights are gathered into
     tok: Any
-    tag_id: int
+    encoding: Sidecar  # step tag, its id, window length, layout: what the exported sidecars say
     backbone_path: str
     encoder: StepEncoder
     pad_id: int
@@ -95,9 +95,9 @@ def setup(cfg: TrainJobConfig) -> Run:
     )
     set_seed(t.seed)
     started = time.time()
-    model, tok, tag_id, backbone_path = build_model(cfg.model, cfg.lora)
+    model, tok, encoding, backbone_path = build_model(cfg.model, cfg.lora)
     template = skeleton(model)
-    encoder = StepEncoder(tok, tag_id, cfg.model.max_length)
+    encoder = encoder_for(tok, encoding)
     pad_id = pad_token_id(tok)
     train_records, dev_records = load_data(cfg)
     dev_warning = dev_split_warning([r.labels for r in dev_records], [r.first_error for r in dev_records])
@@ -116,7 +116,7 @@ def setup(cfg: TrainJobConfig) -> Run:
     scheduler = get_scheduler(t.lr_scheduler, optimizer, num_warmup_steps=int(t.warmup_ratio * t.max_steps) * n, num_training_steps=t.max_steps * n)
     model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
     trainable = [p for p in model.parameters() if p.requires_grad]  # FSDP replaces the parameters: clip the new ones
-    return Run(cfg, accelerator, model, template, tok, tag_id, backbone_path, encoder, pad_id, train_records, dev_records, stats,
+    return Run(cfg, accelerator, model, template, tok, encoding, backbone_path, encoder, pad_id, train_records, dev_records, stats,
                loader, optimizer, scheduler, trainable, started, dev_warning)
 
 
@@ -165,7 +165,7 @@ def after_step(run: Run, st: ckpt.TrainState) -> bool:
     if t.snapshot_steps and step % t.snapshot_steps == 0 and step < t.max_steps:
         current, is_copy = main_process_model(a, run.model, run.template)
         if current is not None:
-            snapshot(current, run.tok, run.encoder, run.dev_records, run.pad_id, run.cfg, run.tag_id, run.out / "snapshots" / f"step-{step}",
+            snapshot(current, run.tok, run.encoder, run.dev_records, run.pad_id, run.cfg, run.encoding, run.out / "snapshots" / f"step-{step}",
                      {"step": step, "tokens_seen": st.tokens_seen}, [r.id for r in run.train_records], is_copy)
         a.wait_for_everyone()
     if t.save_steps and step % t.save_steps == 0 and step < t.max_steps:
@@ -298,7 +298,7 @@ def train(cfg: TrainJobConfig, *, fresh: bool = False) -> dict:
         ckpt.save(a, run.out, st, cfg.optim.save_total_limit)  # the last step too: a longer optim.max_steps continues from here
     unwrapped, _ = main_process_model(a, run.model, run.template)  # every rank: FSDP / ZeRO-3 gather here
     if unwrapped is not None:
-        export_final(unwrapped, run.tok, run.encoder, run.dev_records, [r.id for r in run.train_records], run.pad_id, cfg, run.tag_id, summary)
+        export_final(unwrapped, run.tok, run.encoder, run.dev_records, [r.id for r in run.train_records], run.pad_id, cfg, run.encoding, summary)
         a.print(f"exported checkpoint to {run.out}")
     a.wait_for_everyone()
     a.end_training()

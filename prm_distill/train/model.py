@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+
 from ..backbones import BackboneError, load_token_classifier, resolve_backbone
-from ..checkpoint import Sidecar, save_checkpoint
-from ..encoding import ensure_step_tag
+from ..checkpoint import SIDECAR_NAME, CheckpointError, Sidecar, read_sidecar, save_checkpoint
+from ..encoding import DEFAULT_STEP_TAG, ensure_step_tag
 from .config import LoraSettings, ModelConfig
 
 ID2LABEL = {0: "bad", 1: "good"}
+log = logging.getLogger("prm_distill.train")
 
 
 def load_tokenizer(path: str, trust_remote_code: bool = False):
@@ -21,10 +25,11 @@ def load_tokenizer(path: str, trust_remote_code: bool = False):
 
 
 def build_model(model_cfg: ModelConfig, lora: LoraSettings):
-    """(model, tokenizer, step_tag_id, resolved backbone path)."""
+    """(model, tokenizer, encoding, resolved backbone path); `encoding` is the sidecar's encoding part
+    (step tag, its id, window length, layout) that `encoding.encoder_for` builds the encoder from."""
     path = resolve_backbone(model_cfg.backbone)
     tok = load_tokenizer(path, model_cfg.trust_remote_code)
-    tag_id = ensure_step_tag(tok, model_cfg.step_tag)
+    encoding = training_encoding(path, tok, model_cfg)
     try:
         model = load_token_classifier(  # the new head's LOAD REPORT is expected: not shown
             path, num_labels=2, id2label=ID2LABEL, label2id={v: k for k, v in ID2LABEL.items()},
@@ -44,7 +49,29 @@ def build_model(model_cfg: ModelConfig, lora: LoraSettings):
         model.gradient_checkpointing_enable()
     if lora.enabled:
         model = _add_lora(model, lora)
-    return model, tok, tag_id, path
+    return model, tok, encoding, path
+
+
+def training_encoding(path: str, tok, model_cfg: ModelConfig) -> Sidecar:
+    """A backbone that is itself a PRM checkpoint (trained here, or a TRL PRM brought in by import-trl)
+    goes on in the encoding its head learned, its layout and step tag: re-training it in another one
+    would throw away what the warm start is for. Any other backbone gets `model.step_tag`."""
+    if not (Path(path) / SIDECAR_NAME).is_file():
+        return Sidecar(step_tag=model_cfg.step_tag, step_tag_id=ensure_step_tag(tok, model_cfg.step_tag), max_length=model_cfg.max_length)
+    try:
+        prior = read_sidecar(path)
+    except CheckpointError as e:
+        raise BackboneError(f"backbone {path} is a PRM checkpoint whose sidecar cannot be read: {e}") from e
+    if model_cfg.step_tag not in (DEFAULT_STEP_TAG, prior.step_tag):
+        raise BackboneError(f"model.step_tag is {model_cfg.step_tag!r}, but the backbone {path} is a PRM checkpoint trained with the step "
+                            f"tag {prior.step_tag!r} ({prior.layout} layout), and training goes on in its encoding: leave model.step_tag "
+                            f"unset or set it to {prior.step_tag!r}")
+    ids = tok.encode(prior.step_tag, add_special_tokens=False)
+    if not ids or ids[-1] != prior.step_tag_id or (prior.layout == "tagged" and len(ids) != 1):
+        raise BackboneError(f"backbone {path}: its tokenizer encodes the step tag {prior.step_tag!r} to {ids}, not to the sidecar's "
+                            f"step_tag_id {prior.step_tag_id}")
+    log.info("backbone %s is a PRM checkpoint: training goes on in its encoding (%s layout, step tag %r)", path, prior.layout, prior.step_tag)
+    return Sidecar(step_tag=prior.step_tag, step_tag_id=prior.step_tag_id, max_length=model_cfg.max_length, layout=prior.layout)
 
 
 def truncate_layers(model, n: int) -> None:
