@@ -168,6 +168,26 @@ def test_training_an_imported_prm_goes_on_in_trls_encoding(trl_model, synthetic_
     assert "trained with the step tag ' ки' (trl layout)" in capsys.readouterr().err and not (tmp_path / "other").exists()
 
 
+def test_a_trl_folder_given_as_backbone_without_import_is_warned_about(trl_model, synthetic_files, train_overrides, tmp_path, caplog):
+    # the folder PRMTrainer saved, given to train as it is: it has a head but no sidecar, so nothing says how it was
+    # encoded; it is trained in this package's encoding (a step tag is added) and the log says how to keep TRL's
+    from transformers import AutoTokenizer
+
+    from prm_distill.config import load_config
+    from prm_distill.train import TrainJobConfig, train
+
+    out = tmp_path / "plain"
+    with caplog.at_level("WARNING", logger="prm_distill.train"):
+        train(load_config(TrainJobConfig, None, train_overrides(trl_model, synthetic_files, out, **{"optim.max_steps": 1})))
+    assert any("already a token classifier" in r.message and "prm-distill import-trl" in r.message for r in caplog.records)
+    assert read_sidecar(out).layout == "tagged"
+    assert len(AutoTokenizer.from_pretrained(out)) == len(AutoTokenizer.from_pretrained(trl_model)) + 1  # the step tag
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="prm_distill.train"):  # an exported checkpoint has its sidecar: no warning
+        train(load_config(TrainJobConfig, None, train_overrides(out, synthetic_files, tmp_path / "again", **{"optim.max_steps": 1})))
+    assert not any("already a token classifier" in r.message for r in caplog.records)
+
+
 def test_separators_typed_in_a_shell():
     assert read_separator("\\n") == "\n" and read_separator("\\n\\n") == "\n\n" and read_separator(" ки") == " ки"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -52,11 +53,23 @@ def build_model(model_cfg: ModelConfig, lora: LoraSettings):
     return model, tok, encoding, path
 
 
+def _is_token_classifier(path: str) -> bool:
+    try:
+        config = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return any(str(a).endswith("ForTokenClassification") for a in config.get("architectures") or [])
+
+
 def training_encoding(path: str, tok, model_cfg: ModelConfig) -> Sidecar:
     """A backbone that is itself a PRM checkpoint (trained here, or a TRL PRM brought in by import-trl)
     goes on in the encoding its head learned, its layout and step tag: re-training it in another one
     would throw away what the warm start is for. Any other backbone gets `model.step_tag`."""
     if not (Path(path) / SIDECAR_NAME).is_file():
+        if _is_token_classifier(path):
+            log.warning("backbone %s is already a token classifier but has no %s: it is trained in this package's encoding (a "
+                        "step tag after each step). A PRM trained by TRL's PRMTrainer keeps its own encoding only when brought in "
+                        "first with `prm-distill import-trl`, then given as model.backbone", path, SIDECAR_NAME)
         return Sidecar(step_tag=model_cfg.step_tag, step_tag_id=ensure_step_tag(tok, model_cfg.step_tag), max_length=model_cfg.max_length)
     try:
         prior = read_sidecar(path)
