@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import random
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 from .atomic import atomic_open, dumps
 from .steps import SplitConfig, StepSplitError, split_steps
 
-FORMATS = ("jsonl", "processbench", "prmbench", "trl")
+FORMATS = ("jsonl", "processbench", "prmbench", "trl", "openrlhf")
 T = TypeVar("T")
 log = logging.getLogger("prm_distill.records")
 
@@ -452,13 +453,19 @@ def read_trl(path: str | os.PathLike) -> list[Trajectory]:
     `Dataset.to_parquet`). Every label is kept, after a wrong step too, as PRMTrainer trained on them; a
     conversational prompt (a list of role/content messages) gives its last user message as the question.
     A malformed row is a RecordError naming its file, row and field, as for JSONL records."""
+    return _read_rows(path, TRL_COLUMNS, "TRL's stepwise supervision", _trl_row)
+
+
+def _read_rows(path: str | os.PathLike, columns: Sequence[str], what: str, parse: Callable[[Any, int, str], Trajectory]) -> list[Trajectory]:
+    """The one loop over a trainer's own rows (JSONL, or Parquet by its suffix): `parse(row, number, file stem)`
+    makes each record; ids must be unique; an error names the file, the row and the field."""
     parquet = Path(path).suffix == ".parquet"
-    rows: Iterable[tuple[int, Any]] = enumerate(parquet_rows(path, TRL_COLUMNS, "TRL's stepwise supervision"), 1) if parquet else iter_jsonl(path)
+    rows: Iterable[tuple[int, Any]] = enumerate(parquet_rows(path, columns, what), 1) if parquet else iter_jsonl(path)
     out: list[Trajectory] = []
     seen: dict[str, int] = {}
     for n, row in rows:
         try:
-            rec = _trl_row(row, n, Path(path).stem)
+            rec = parse(row, n, Path(path).stem)
             if rec.id in seen:
                 raise RecordError(f"duplicate id {rec.id!r} (first at {seen[rec.id]})", field="id")
             seen[rec.id] = n
@@ -493,9 +500,77 @@ def _trl_row(row: Any, n: int, stem: str) -> Trajectory:
                       labels=[float(b) if isinstance(b, bool) else b for b in labels], metadata=meta)
 
 
+PLACEHOLDER = "ки"  # Math-Shepherd's step mark, OpenRLHF's --placeholder_token in its PRM recipes
+REWARD_TOKENS = {"+": 1.0, "-": 0.0}  # OpenRLHF's --reward_tokens + -: good, bad
+_FIRST_STEP = re.compile(r"(?:^|\s)(Step 1\s*[:.])")
+
+
+def read_openrlhf(path: str | os.PathLike) -> list[Trajectory]:
+    """The rows OpenRLHF's removed PRM trainer read in its recipes (Math-Shepherd's layout: `--input_key input
+    --label_key value --placeholder_token ки --reward_tokens + -`), as JSONL or Parquet: `input` is the question
+    then the steps, each followed by the placeholder `ки`; `value` (or `label`) gives one label per placeholder,
+    `+` / `-` or a number in [0, 1], or is Math-Shepherd's label text (the input with `+` or `-` in each
+    placeholder's place). The question ends where `Step 1:` begins. Every label is kept, as OpenRLHF trained on
+    them; a row that cannot be read so is a RecordError naming its file, row and field."""
+    return _read_rows(path, ("input",), "OpenRLHF's process reward data", _openrlhf_row)
+
+
+def _openrlhf_row(row: Any, n: int, stem: str) -> Trajectory:
+    if not isinstance(row, dict):
+        raise RecordError(f"expected an object, got {type(row).__name__}")
+    text = row.get("input")
+    if not isinstance(text, str):
+        raise RecordError("missing" if text is None else f"must be a string, got {type(text).__name__}", field="input")
+    key = "value" if row.get("value") is not None else "label"
+    raw = row.get(key)
+    if raw is None:
+        raise RecordError("missing: one label per placeholder, in 'value' or 'label'", field="value")
+    parts = text.split(PLACEHOLDER)
+    if len(parts) < 2:
+        raise RecordError(f"has no step: no placeholder {PLACEHOLDER!r} after a step", field="input")
+    if parts[-1].strip():
+        raise RecordError(f"text after the last placeholder has no label: {parts[-1].strip()[:60]!r}", field="input")
+    found = _FIRST_STEP.search(parts[0])
+    if found is None:
+        raise RecordError("cannot tell the question from the first step: no 'Step 1:' before the first placeholder", field="input")
+    question, steps = parts[0][: found.start(1)].strip(), [parts[0][found.start(1):].strip(), *(p.strip() for p in parts[1:-1])]
+    labels = _marks_in_label_text(raw, parts, key) if isinstance(raw, str) else raw
+    if not isinstance(labels, list):
+        raise RecordError(f"must be a list with one label per placeholder, got {type(labels).__name__}", field=key)
+    if len(labels) != len(steps):
+        raise RecordError(f"{len(labels)} labels for {len(steps)} placeholders", field=key)
+    values: list[float | None] = []
+    for i, lab in enumerate(labels):
+        if isinstance(lab, str) and lab.strip() in REWARD_TOKENS:
+            values.append(REWARD_TOKENS[lab.strip()])
+        elif _is_number(lab) and 0.0 <= lab <= 1.0:
+            values.append(float(lab))
+        else:
+            raise RecordError(f"must be '+', '-' or a number in [0, 1], got {lab!r}", field=f"{key}[{i}]")
+    meta = {"source": "openrlhf", **({"task": row["task"]} if row.get("task") is not None else {})}
+    return Trajectory(id=str(row["id"]) if row.get("id") is not None else f"{stem}:{n}", question=question, steps=steps,
+                      labels=values, metadata=meta)
+
+
+def _marks_in_label_text(label: str, parts: list[str], key: str) -> list[str]:
+    """Math-Shepherd's label text is its input with `+` or `-` where each placeholder was: read those marks,
+    checking that everything else is the input's text."""
+    marks, at = [], 0
+    for i, part in enumerate(parts):
+        if label[at: at + len(part)] != part:
+            raise RecordError(f"the label text differs from the input before placeholder {i + 1}", field=key)
+        at += len(part)
+        if i < len(parts) - 1:
+            marks.append(label[at: at + 1])
+            at += 1
+    if at != len(label):
+        raise RecordError("the label text is longer than the input", field=key)
+    return marks
+
+
 def load_records(path: str | os.PathLike, fmt: str = "jsonl") -> list[Trajectory]:
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
     if not Path(path).is_file():
         raise FileNotFoundError(f"data file not found: {path}")
-    return {"jsonl": read_jsonl, "processbench": read_processbench, "prmbench": read_prmbench, "trl": read_trl}[fmt](path)
+    return {"jsonl": read_jsonl, "processbench": read_processbench, "prmbench": read_prmbench, "trl": read_trl, "openrlhf": read_openrlhf}[fmt](path)

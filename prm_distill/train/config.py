@@ -57,7 +57,7 @@ class DataConfig:
     mix: list[float] = field(default_factory=list, metadata={"help": (
         "Shares of the training files in the training stream, one per file of data.train (e.g. [1, 1, 2]): each file gives "
         "share/sum x (all records) records, its own repeated or sampled to that count; empty = every record once.")})
-    format: str = field(default="jsonl", metadata={"help": "Format of the files: jsonl | processbench | prmbench | trl (TRL's stepwise supervision: prompt, completions, labels; JSONL or .parquet)."})
+    format: str = field(default="jsonl", metadata={"help": "Format of the files: jsonl | processbench | prmbench | trl (TRL's stepwise supervision: prompt, completions, labels) | openrlhf (OpenRLHF's PRM rows, Math-Shepherd's layout: input with ки after each step, value + / -); trl and openrlhf: JSONL or .parquet."})
     dev_fraction: float = field(default=0.1, metadata={"help": "Share of training questions held out as dev when no dev files are given."})
     synthetic: int = field(default=0, metadata={"help": "When no train files are given: generate this many embedded arithmetic trajectories."})
     limit: int | None = field(default=None, metadata={"help": "Use at most this many training records (after shuffling with the seed)."})
