@@ -158,17 +158,29 @@ def iter_jsonl(path: str | os.PathLike, skipped: list[RecordError] | None = None
     """(line number, parsed JSON) for each non-blank line; bad JSON names its line (and is collected
     in `skipped` instead of raised when a list is given)."""
     src = str(path)
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                yield lineno, json.loads(line)
-            except json.JSONDecodeError as e:
-                err = RecordError(f"invalid JSON ({e.msg} at column {e.colno})", source=src, line=lineno)
-                if skipped is None:
-                    raise err from None
-                skipped.append(err)
+    try:
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    yield lineno, json.loads(line)
+                except json.JSONDecodeError as e:
+                    err = RecordError(f"invalid JSON ({e.msg} at column {e.colno})", source=src, line=lineno)
+                    if skipped is None:
+                        raise err from None
+                    skipped.append(err)
+    except UnicodeDecodeError as e:
+        raise not_text(path, e) from None
+
+
+def not_text(path: str | os.PathLike, e: UnicodeDecodeError) -> RecordError:
+    """A JSON or JSONL file that is not UTF-8 text, often a Parquet file given with a JSON format: say which."""
+    with open(path, "rb") as f:
+        parquet = f.read(4) == b"PAR1"
+    hint = ("; it is a Parquet file: the trl and openrlhf formats read Parquet (data.format / --format), "
+            "`prm-distill data prm800k` PRM800K's") if parquet else ""
+    return RecordError(f"not UTF-8 text (it holds the byte {e.object[e.start]:#04x}){hint}", source=str(path))
 
 
 def read_inputs(path: str | os.PathLike, parse: Callable[[dict[str, Any], int], T], *, key: Callable[[T], str | None] | None = None,
@@ -293,6 +305,8 @@ def read_processbench(path: str | os.PathLike) -> list[Trajectory]:
     with open(path, encoding="utf-8") as f:
         try:
             items = json.load(f)
+        except UnicodeDecodeError as e:
+            raise not_text(path, e) from None
         except json.JSONDecodeError as e:
             # "Extra data" after one whole value: one JSON value per line, the jsonl format
             hint = "; this looks like JSONL (one record per line): did you mean --format jsonl?" if e.msg == "Extra data" else ""

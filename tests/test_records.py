@@ -199,3 +199,24 @@ def test_jsonl_read_as_processbench_says_did_you_mean_jsonl(tmp_path):
     broken.write_text('[{"id": 1,\n  oops}]')
     with pytest.raises(RecordError, match=r"broken.json: invalid JSON \(Expecting property name .* at line 2, column 3\)$"):
         read_processbench(broken)
+
+
+def test_a_file_that_is_not_utf8_text_is_named_and_a_parquet_one_is_pointed_at_its_formats(tiny_checkpoint, tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from prm_distill.cli import main
+
+    rows = tmp_path / "rows.parquet"
+    pq.write_table(pa.Table.from_pylist([{"prompt": "What is 1 + 1?", "completions": ["1 + 1 = 2."], "labels": [True]}]), rows)
+    for fmt in ("jsonl", "processbench", "prmbench"):
+        with pytest.raises(RecordError, match=r"rows.parquet: not UTF-8 text .*; it is a Parquet file: the trl and openrlhf formats read Parquet"):
+            load_records(rows, fmt)
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(json.dumps({"id": "a", "question": "Combien coûte", "steps": ["x"]}, ensure_ascii=False).encode("latin-1") + b"\n")
+    with pytest.raises(RecordError, match=r"latin.jsonl: not UTF-8 text \(it holds the byte 0xfb\)$"):
+        load_records(latin)
+    # through the CLI: exit 2 and the message, no traceback
+    assert main(["eval", "--model", str(tiny_checkpoint), "--data", str(rows), "--threshold", "0.5"]) == 2
+    err = capsys.readouterr().err
+    assert "it is a Parquet file" in err and "Traceback" not in err
