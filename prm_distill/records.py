@@ -572,7 +572,8 @@ def _marks_in_label_text(label: str, parts: list[str], key: str) -> list[str]:
     marks, at = [], 0
     for i, part in enumerate(parts):
         if label[at: at + len(part)] != part:
-            raise RecordError(f"the label text differs from the input before placeholder {i + 1}", field=key)
+            where = f"before placeholder {i + 1}" if i < len(parts) - 1 else "after the last placeholder"
+            raise RecordError(f"the label text differs from the input {where}", field=key)
         at += len(part)
         if i < len(parts) - 1:
             marks.append(label[at: at + 1])
