@@ -86,3 +86,25 @@ def test_train_and_eval_read_openrlhf_files(tiny_backbone, train_overrides, tmp_
     assert main(["eval", "--model", str(out), "--data", str(dev), "--format", "openrlhf", "--threshold", "0.5", "--output", str(report)]) == 0
     rep = json.loads(report.read_text())
     assert rep["n_items"] == 8 and rep["n_steps"] == 16 and rep["format"] == "openrlhf"
+
+
+def test_data_steps_turns_openrlhf_rows_into_records_to_mix_with_other_sources(tmp_path, capsys):
+    # 30 problems, a correct and a wrong solution each; `data steps --variants 0` writes them as records with a
+    # question-disjoint dev split, dropping the problems of a test file given with --exclude
+    rows = []
+    for a in range(30):
+        for got, mark in ((a + 1, "+"), (a + 2, "-")):
+            rows.append({"input": f"What is {a} + 1? Step 1: {a} + 1 = {got}. ки\nStep 2: The answer is {got}. ки", "value": [mark, mark]})
+    src = _jsonl(tmp_path / "shepherd.jsonl", rows)
+    test = tmp_path / "test.json"
+    test.write_text(json.dumps([{"id": "t", "problem": "What is 0 + 1?", "steps": ["0 + 1 = 1."], "label": -1}]))
+    out = tmp_path / "records"
+    assert main(["data", "steps", "--format", "openrlhf", "--input", str(src), "--output", str(out), "--variants", "0", "--exclude", str(test)]) == 0
+    assert "excluded 1 problem(s)" in capsys.readouterr().out
+    train, dev = load_records(out / "train.jsonl"), load_records(out / "dev.jsonl")
+    recs = train + dev
+    assert len(recs) == 58 and "What is 0 + 1?" not in {r.question for r in recs}
+    assert not {r.question for r in train} & {r.question for r in dev}
+    by_answer = {(r.question, r.steps[-1]): r.labels for r in recs}
+    assert by_answer["What is 4 + 1?", "Step 2: The answer is 5."] == [1.0, 1.0]
+    assert by_answer["What is 4 + 1?", "Step 2: The answer is 6."] == [0.0, 0.0]
