@@ -48,12 +48,26 @@ def _threads(n: int) -> None:
     torch.set_num_threads(n)
 
 
-def _trl_imports():
+def trl_imports():
+    """(PRMConfig, PRMTrainer) wherever the installed TRL keeps them (also used by tests/integrations/trl_prm_driver.py)."""
     try:  # where TRL 1.x keeps it
         from trl.experimental.prm import PRMConfig, PRMTrainer
     except ImportError:  # older releases
         from trl import PRMConfig, PRMTrainer
     return PRMConfig, PRMTrainer
+
+
+def trl_sequence(PRMTrainer, tok, separator: str, question: str, steps: list[str]) -> tuple[list[int], list[int]]:
+    """(input ids, scored positions): the sequence PRMTrainer's own tokenize_row builds for a trajectory and the
+    positions where it puts the step labels. Its arguments changed across TRL releases: only those it takes are given."""
+    import inspect
+
+    given = {"tokenizer": tok, "step_separator": separator, "max_length": None, "max_prompt_length": None,
+             "max_completion_length": None, "train_on_last_step_only": False, "is_eval": True}
+    names = inspect.signature(PRMTrainer.tokenize_row).parameters
+    features = {"prompt": question, "completions": steps, "labels": [True] * len(steps)}
+    row = PRMTrainer.tokenize_row(features, **{k: v for k, v in given.items() if k in names})
+    return list(row["input_ids"]), [i for i, lab in enumerate(row["labels"]) if lab != -100]
 
 
 def trl_train(a: argparse.Namespace) -> None:
@@ -65,7 +79,7 @@ def trl_train(a: argparse.Namespace) -> None:
     from transformers import AutoModelForTokenClassification, AutoTokenizer, DataCollatorForTokenClassification
 
     _threads(a.threads)
-    PRMConfig, PRMTrainer = _trl_imports()
+    PRMConfig, PRMTrainer = trl_imports()
     rows = [json.loads(x) for x in Path(a.rows).read_text(encoding="utf-8").splitlines() if x.strip()]
     tok = AutoTokenizer.from_pretrained(a.backbone)
     if tok.pad_token is None:
@@ -115,24 +129,17 @@ def trl_train(a: argparse.Namespace) -> None:
 def trl_score(a: argparse.Namespace) -> None:
     """TRL-style scoring: the sequence PRMTrainer's own tokenize_row builds (bos, prompt, each step followed
     by the separator), one trajectory per forward pass, P(good) read where it puts each step's label."""
-    import inspect
-
     import torch
     from transformers import AutoModelForTokenClassification, AutoTokenizer
 
     _threads(a.threads)
-    _, PRMTrainer = _trl_imports()
+    _, PRMTrainer = trl_imports()
     tok = AutoTokenizer.from_pretrained(a.model)
     model = AutoModelForTokenClassification.from_pretrained(a.model, dtype=getattr(torch, a.dtype)).eval()
     items = [json.loads(x) for x in Path(a.items).read_text(encoding="utf-8").splitlines() if x.strip()]
-    names = inspect.signature(PRMTrainer.tokenize_row).parameters  # its arguments changed across TRL releases
-    given = {"tokenizer": tok, "step_separator": "\n", "max_length": None, "max_prompt_length": None,
-             "max_completion_length": None, "train_on_last_step_only": False, "is_eval": True}
 
     def encode(q: str, steps: list[str]) -> tuple[list[int], list[int]]:
-        features = {"prompt": q, "completions": steps, "labels": [True] * len(steps)}
-        row = PRMTrainer.tokenize_row(features, **{k: v for k, v in given.items() if k in names})
-        return list(row["input_ids"]), [i for i, lab in enumerate(row["labels"]) if lab != -100]
+        return trl_sequence(PRMTrainer, tok, "\n", q, steps)
 
     def one(ids: list[int], pos: list[int]) -> list[float]:
         logits = model(input_ids=torch.tensor([ids])).logits[0]

@@ -205,11 +205,22 @@ def load_checkpoint(model_dir: str | os.PathLike, *, device: str = "cpu", dtype=
     )
     if model.config.num_labels != 2:
         raise CheckpointError(f"{model_dir}: expected a 2-label token classifier, got num_labels={model.config.num_labels}")
-    tag_ids = tokenizer.encode(sidecar.step_tag, add_special_tokens=False)
-    if (tag_ids[-1:] if sidecar.layout == "trl" else tag_ids) != [sidecar.step_tag_id]:
-        raise CheckpointError(f"{model_dir}: the tokenizer encodes step tag {sidecar.step_tag!r} as {tag_ids}, sidecar says {sidecar.step_tag_id}")
+    check_step_tag(tokenizer, sidecar, str(model_dir))
     model.to(device).eval()
     return model, tokenizer, sidecar
+
+
+def check_step_tag(tokenizer, sidecar: Sidecar, where: str) -> None:
+    """The tokenizer must encode the sidecar's step tag to its id (tagged: that one token; trl: a separator
+    whose last token it is), or scores would be read at the wrong positions."""
+    tag_ids = tokenizer.encode(sidecar.step_tag, add_special_tokens=False)
+    if (tag_ids[-1:] if sidecar.layout == "trl" else tag_ids) != [sidecar.step_tag_id]:
+        raise CheckpointError(f"{where}: the tokenizer encodes step tag {sidecar.step_tag!r} as {tag_ids}, sidecar says {sidecar.step_tag_id}")
+
+
+def is_token_classifier(config: dict[str, Any]) -> bool:
+    """Whether a model's config.json says it was saved as a *ForTokenClassification (a PRM's head on it)."""
+    return any(str(a).endswith("ForTokenClassification") for a in config.get("architectures") or [])
 
 
 def pad_token_id(tokenizer) -> int:

@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 
 from .atomic import atomic_folder, occupied
-from .checkpoint import MODEL_FILES, TOKENIZER_FILES, CheckpointError, Sidecar, load_checkpoint, write_sidecar
+from .checkpoint import MODEL_FILES, TOKENIZER_FILES, CheckpointError, Sidecar, is_token_classifier, load_checkpoint, write_sidecar
 
 # PRMTrainer's defaults (trl.PRMConfig): the separator after each step and the longest sequence it trained on
 TRL_SEPARATOR = "\n"
@@ -37,9 +37,8 @@ def _check_source(src: Path) -> None:
                                   "(PeftModel.from_pretrained(base, folder).merge_and_unload().save_pretrained(out), tokenizer beside it)")
         raise CheckpointError(f"{src}: config.json is missing (not a saved transformers model)")
     config = json.loads((src / "config.json").read_text(encoding="utf-8"))
-    archs = config.get("architectures") or []
-    if not any(a.endswith("ForTokenClassification") for a in archs):
-        raise CheckpointError(f"{src}: a {', '.join(archs) or 'model without architectures'}, not a token classifier "
+    if not is_token_classifier(config):
+        raise CheckpointError(f"{src}: a {', '.join(config.get('architectures') or []) or 'model without architectures'}, not a token classifier "
                               "(PRMTrainer saves *ForTokenClassification)")
     labels = len(config.get("id2label") or {}) or config.get("num_labels", 2)
     if labels != 2:

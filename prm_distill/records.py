@@ -470,16 +470,19 @@ def read_trl(path: str | os.PathLike) -> list[Trajectory]:
     return _read_rows(path, TRL_COLUMNS, "TRL's stepwise supervision", _trl_row)
 
 
-def _read_rows(path: str | os.PathLike, columns: Sequence[str], what: str, parse: Callable[[Any, int, str], Trajectory]) -> list[Trajectory]:
-    """The one loop over a trainer's own rows (JSONL, or Parquet by its suffix): `parse(row, number, file stem)`
-    makes each record; ids must be unique; an error names the file, the row and the field."""
+def _read_rows(path: str | os.PathLike, columns: Sequence[str], what: str, parse: Callable[[dict[str, Any], str], Trajectory]) -> list[Trajectory]:
+    """The one loop over a trainer's own rows (JSONL, or Parquet by its suffix): `parse(row, id)` makes each
+    record. Those rows have no id: a record's is the row's `id` if it has one, else `<file stem>:<row number>`
+    (unique within and across files); ids must be unique; an error names the file, the row and the field."""
     parquet = Path(path).suffix == ".parquet"
     rows: Iterable[tuple[int, Any]] = enumerate(parquet_rows(path, columns, what), 1) if parquet else iter_jsonl(path)
     out: list[Trajectory] = []
     seen: dict[str, int] = {}
     for n, row in rows:
         try:
-            rec = parse(row, n, Path(path).stem)
+            if not isinstance(row, dict):
+                raise RecordError(f"expected an object, got {type(row).__name__}")
+            rec = parse(row, str(row["id"]) if row.get("id") is not None else f"{Path(path).stem}:{n}")
             if rec.id in seen:
                 raise RecordError(f"duplicate id {rec.id!r} (first at {seen[rec.id]})", field="id")
             seen[rec.id] = n
@@ -490,9 +493,7 @@ def _read_rows(path: str | os.PathLike, columns: Sequence[str], what: str, parse
     return out
 
 
-def _trl_row(row: Any, n: int, stem: str) -> Trajectory:
-    if not isinstance(row, dict):
-        raise RecordError(f"expected an object, got {type(row).__name__}")
+def _trl_row(row: dict[str, Any], rid: str) -> Trajectory:
     for k in TRL_COLUMNS:
         if row.get(k) is None:
             raise RecordError("missing", field=k)
@@ -509,8 +510,7 @@ def _trl_row(row: Any, n: int, stem: str) -> Trajectory:
     if not isinstance(labels, list):
         raise RecordError(f"must be a list of booleans (True = correct step), got {type(labels).__name__}", field="labels")
     meta = {"source": "trl", **({"index": row["index"]} if "index" in row else {})}
-    # no id in TRL's rows: the file's name and the row's number (unique within and across files)
-    return Trajectory(id=str(row["id"]) if row.get("id") is not None else f"{stem}:{n}", question=prompt, steps=row["completions"],
+    return Trajectory(id=rid, question=prompt, steps=row["completions"],
                       labels=[float(b) if isinstance(b, bool) else b for b in labels], metadata=meta)
 
 
@@ -529,9 +529,7 @@ def read_openrlhf(path: str | os.PathLike) -> list[Trajectory]:
     return _read_rows(path, ("input",), "OpenRLHF's process reward data", _openrlhf_row)
 
 
-def _openrlhf_row(row: Any, n: int, stem: str) -> Trajectory:
-    if not isinstance(row, dict):
-        raise RecordError(f"expected an object, got {type(row).__name__}")
+def _openrlhf_row(row: dict[str, Any], rid: str) -> Trajectory:
     text = row.get("input")
     if not isinstance(text, str):
         raise RecordError("missing" if text is None else f"must be a string, got {type(text).__name__}", field="input")
@@ -562,8 +560,7 @@ def _openrlhf_row(row: Any, n: int, stem: str) -> Trajectory:
         else:
             raise RecordError(f"must be '+', '-' or a number in [0, 1], got {lab!r}", field=f"{key}[{i}]")
     meta = {"source": "openrlhf", **({"task": row["task"]} if row.get("task") is not None else {})}
-    return Trajectory(id=str(row["id"]) if row.get("id") is not None else f"{stem}:{n}", question=question, steps=steps,
-                      labels=values, metadata=meta)
+    return Trajectory(id=rid, question=question, steps=steps, labels=values, metadata=meta)
 
 
 def _marks_in_label_text(label: str, parts: list[str], key: str) -> list[str]:

@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 
 from ..backbones import BackboneError, load_token_classifier, resolve_backbone
-from ..checkpoint import SIDECAR_NAME, CheckpointError, Sidecar, read_sidecar, save_checkpoint
+from ..checkpoint import SIDECAR_NAME, CheckpointError, Sidecar, check_step_tag, is_token_classifier, read_sidecar, save_checkpoint
 from ..encoding import DEFAULT_STEP_TAG, ensure_step_tag
 from .config import LoraSettings, ModelConfig
 
@@ -55,10 +55,9 @@ def build_model(model_cfg: ModelConfig, lora: LoraSettings):
 
 def _is_token_classifier(path: str) -> bool:
     try:
-        config = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return is_token_classifier(json.loads((Path(path) / "config.json").read_text(encoding="utf-8")))
+    except (OSError, ValueError, AttributeError):  # no readable config.json object: a hub id, or not a model folder
         return False
-    return any(str(a).endswith("ForTokenClassification") for a in config.get("architectures") or [])
 
 
 def training_encoding(path: str, tok, model_cfg: ModelConfig) -> Sidecar:
@@ -79,10 +78,10 @@ def training_encoding(path: str, tok, model_cfg: ModelConfig) -> Sidecar:
         raise BackboneError(f"model.step_tag is {model_cfg.step_tag!r}, but the backbone {path} is a PRM checkpoint trained with the step "
                             f"tag {prior.step_tag!r} ({prior.layout} layout), and training goes on in its encoding: leave model.step_tag "
                             f"unset or set it to {prior.step_tag!r}")
-    ids = tok.encode(prior.step_tag, add_special_tokens=False)
-    if not ids or ids[-1] != prior.step_tag_id or (prior.layout == "tagged" and len(ids) != 1):
-        raise BackboneError(f"backbone {path}: its tokenizer encodes the step tag {prior.step_tag!r} to {ids}, not to the sidecar's "
-                            f"step_tag_id {prior.step_tag_id}")
+    try:
+        check_step_tag(tok, prior, f"backbone {path}")
+    except CheckpointError as e:
+        raise BackboneError(str(e)) from e
     log.info("backbone %s is a PRM checkpoint: training goes on in its encoding (%s layout, step tag %r)", path, prior.layout, prior.step_tag)
     return Sidecar(step_tag=prior.step_tag, step_tag_id=prior.step_tag_id, max_length=model_cfg.max_length, layout=prior.layout)
 

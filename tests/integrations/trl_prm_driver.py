@@ -8,9 +8,18 @@ the ones it scores). Prints one JSON object: {"scores": [[P(good) per step], ...
 
 from __future__ import annotations
 
-import inspect
+import importlib.util
 import json
 import sys
+from pathlib import Path
+
+
+def _vs_trl():
+    """benchmarks/vs_trl.py, whose TRL helpers (imports, tokenize_row's sequence) this driver shares: stdlib at import."""
+    spec = importlib.util.spec_from_file_location("vs_trl", Path(__file__).resolve().parents[2] / "benchmarks" / "vs_trl.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def main(spec: dict) -> dict:
@@ -18,10 +27,8 @@ def main(spec: dict) -> dict:
     from datasets import Dataset
     from transformers import AutoModelForTokenClassification, AutoTokenizer
 
-    try:  # where TRL 1.x keeps it
-        from trl.experimental.prm import PRMConfig, PRMTrainer
-    except ImportError:  # older releases
-        from trl import PRMConfig, PRMTrainer
+    vs_trl = _vs_trl()
+    PRMConfig, PRMTrainer = vs_trl.trl_imports()
 
     torch.manual_seed(0)
     tok = AutoTokenizer.from_pretrained(spec["backbone"])
@@ -38,21 +45,16 @@ def main(spec: dict) -> dict:
     trainer.save_model(spec["out"])  # what a user of PRMTrainer kept: the model folder and its tokenizer
     tok.save_pretrained(spec["out"])
 
-    names = inspect.signature(PRMTrainer.tokenize_row).parameters
-    given = {"tokenizer": tok, "step_separator": spec["separator"], "max_length": None, "max_prompt_length": None,
-             "max_completion_length": None, "train_on_last_step_only": False, "is_eval": False}
     # scored as a TRL user serves it: loaded back from the saved folder (the trainer's in-memory model gave P(good)
     # up to 5e-4 away from the saved folder's here; the folder gives the same scores in either transformers release)
     model = AutoModelForTokenClassification.from_pretrained(spec["out"], dtype=torch.float32).eval()
     scores, sequences = [], []
     with torch.inference_mode():
         for question, steps in spec["items"]:
-            features = {"prompt": question, "completions": steps, "labels": [True] * len(steps)}
-            row = PRMTrainer.tokenize_row(features, **{k: v for k, v in given.items() if k in names})
-            positions = [i for i, lab in enumerate(row["labels"]) if lab != -100]
-            logits = model(input_ids=torch.tensor([row["input_ids"]])).logits[0]
+            ids, positions = vs_trl.trl_sequence(PRMTrainer, tok, spec["separator"], question, steps)
+            logits = model(input_ids=torch.tensor([ids])).logits[0]
             scores.append(logits[positions].softmax(-1)[:, 1].tolist())
-            sequences.append({"input_ids": list(row["input_ids"]), "positions": positions})
+            sequences.append({"input_ids": ids, "positions": positions})
     return {"scores": scores, "sequences": sequences}
 
 
