@@ -56,7 +56,7 @@ def check_compatible(folders: Sequence[Path]) -> list[Sidecar]:
     (raises CheckpointError naming the first difference)."""
     first, sidecars = folders[0], [read_sidecar(f) for f in folders]
     base_cfg, base_files = _config(first), _weight_files(first)
-    same = ("step_tag", "step_tag_id", "max_length", "encoding_version", "layout", "label_meaning", "verifier")
+    same = ("step_tag", "step_tag_id", "max_length", "encoding_version", "layout", "text_format", "label_meaning", "verifier")
     for folder, sc in zip(folders[1:], sidecars[1:]):
         for key in same:
             if getattr(sc, key) != getattr(sidecars[0], key):

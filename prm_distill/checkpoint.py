@@ -18,7 +18,7 @@ from typing import Any
 
 from . import calibration as calib
 from .atomic import current_umask, write_json
-from .encoding import ENCODING_VERSION, LAYOUTS
+from .encoding import ENCODING_VERSION, LAYOUTS, EncodingError, TextFormat
 
 SIDECAR_NAME = "prm_distill.json"
 TRAINING_IDS = "training_ids.txt"  # the ids trained on, one per line: `recalibrate --heldout` refuses a held-out set sharing any
@@ -45,7 +45,8 @@ class Sidecar:
     calibration: dict[str, Any] | None = None
     verifier: dict[str, Any] | None = None  # the scoring rule of prm_distill.verify ({kind, cap}); None = scores are the model's alone
     training: dict[str, Any] = field(default_factory=dict)
-    layout: str = "tagged"  # encoding.LAYOUTS: tagged (trained here) | trl (a TRL PRMTrainer checkpoint, `prm-distill import-trl`)
+    layout: str = "tagged"  # encoding.LAYOUTS: tagged (trained here) | trl (TRL PRMTrainer, `import-trl`) | openrlhf (`import-openrlhf`)
+    text_format: dict[str, str] | None = None  # openrlhf layout: encoding.TextFormat's fields (None = Math-Shepherd's); step_tag is the placeholder
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str = SIDECAR_NAME) -> "Sidecar":
@@ -60,6 +61,11 @@ class Sidecar:
             )
         if d.get("layout", "tagged") not in LAYOUTS:
             raise CheckpointError(f"{source}: layout must be one of {', '.join(LAYOUTS)}, got {d['layout']!r}")
+        if d.get("layout") == "openrlhf":
+            try:
+                TextFormat(**(d.get("text_format") or {})).check(d["step_tag"])
+            except (TypeError, EncodingError) as e:
+                raise CheckpointError(f"{source}: text_format: {e}") from None
         from .verify import validate_rule
 
         try:

@@ -130,42 +130,63 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_average(args: argparse.Namespace) -> int:
-    """Exit 0 when the averaged checkpoint is written; 2 when the checkpoints cannot be averaged (what differs
-    is named) or --output exists and is not empty."""
-    from .average import average_checkpoints, choose_threshold_into
-
+def _check_dev_files(args: argparse.Namespace) -> None:
     missing = [f for f in args.dev or [] if not Path(f).is_file()]
     if missing:  # bad input (2) before anything is written
         raise FileNotFoundError(f"dev file not found: {', '.join(missing)}")
-    provenance = average_checkpoints(args.model, args.output, args.weight)
-    mix = ", ".join(f"{m['path']} x {m['weight']:.3f}" for m in provenance["averaged_from"])
-    print(f"averaged {len(args.model)} checkpoints ({mix}) -> {args.output}")
+
+
+def _store_dev_threshold(args: argparse.Namespace) -> None:
+    """The threshold of a written checkpoint (`--output`), chosen on `--dev` with eval's rule and sample, or why none is."""
+    from .average import choose_threshold_into
+
     if args.dev:
-        threshold, source = choose_threshold_into(args.output, args.dev, device=args.device, dev_limit=args.dev_limit)
+        threshold, source = choose_threshold_into(args.output, args.dev, device=args.device, dev_limit=args.dev_limit,
+                                                  fmt=getattr(args, "dev_format", "jsonl"))
         print(f"threshold {threshold:.3f} ({source})")
     else:
         print("no threshold stored (no --dev): eval, the server and the RL scorer decide at 0.5 until one is chosen")
+
+
+def cmd_average(args: argparse.Namespace) -> int:
+    """Exit 0 when the averaged checkpoint is written; 2 when the checkpoints cannot be averaged (what differs
+    is named) or --output exists and is not empty."""
+    from .average import average_checkpoints
+
+    _check_dev_files(args)
+    provenance = average_checkpoints(args.model, args.output, args.weight)
+    mix = ", ".join(f"{m['path']} x {m['weight']:.3f}" for m in provenance["averaged_from"])
+    print(f"averaged {len(args.model)} checkpoints ({mix}) -> {args.output}")
+    _store_dev_threshold(args)
     return 0
 
 
 def cmd_import_trl(args: argparse.Namespace) -> int:
     """Exit 0 when the imported checkpoint is written; 2 when the folder is not a PRM TRL could have saved (why is
     named) or --output exists and is not empty."""
-    from .average import choose_threshold_into
     from .import_trl import import_trl, read_separator
 
-    missing = [f for f in args.dev or [] if not Path(f).is_file()]
-    if missing:  # bad input (2) before anything is written
-        raise FileNotFoundError(f"dev file not found: {', '.join(missing)}")
+    _check_dev_files(args)
     sidecar = import_trl(args.model, args.output, separator=read_separator(args.separator), max_length=args.max_length)
     print(f"imported {args.model} -> {args.output} (layout trl: separator {sidecar.step_tag!r} = ids "
           f"{sidecar.training['separator_ids']}, windows of {sidecar.max_length} tokens)")
-    if args.dev:
-        threshold, source = choose_threshold_into(args.output, args.dev, device=args.device, dev_limit=args.dev_limit, fmt=args.dev_format)
-        print(f"threshold {threshold:.3f} ({source})")
-    else:
-        print("no threshold stored (no --dev): eval, the server and the RL scorer decide at 0.5 until one is chosen")
+    _store_dev_threshold(args)
+    return 0
+
+
+def cmd_import_openrlhf(args: argparse.Namespace) -> int:
+    """Exit 0 when the imported checkpoint is written; 2 when the folder is not a PRM OpenRLHF's train_prm could have
+    saved, its tokens do not read as OpenRLHF read them (why is named), or --output exists and is not empty."""
+    from .import_openrlhf import import_openrlhf, read_text_format
+
+    _check_dev_files(args)
+    fmt = read_text_format(args.question_format, args.step_format, args.joiner)
+    sidecar = import_openrlhf(args.model, args.output, placeholder=args.placeholder, reward_tokens=tuple(args.reward_tokens),
+                              text_format=fmt, max_length=args.max_length)
+    tokens = sidecar.training["reward_tokens"]
+    print(f"imported {args.model} -> {args.output} (layout openrlhf: placeholder {sidecar.step_tag!r} = id {sidecar.step_tag_id}, "
+          f"P(good) = P({tokens['good'][0]!r}) / (P({tokens['good'][0]!r}) + P({tokens['bad'][0]!r})), windows of {sidecar.max_length} tokens)")
+    _store_dev_threshold(args)
     return 0
 
 
@@ -223,6 +244,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .serve.runner import run_server
 
     return run_server(server_config_from_args(args))
+
+
+def _add_dev_threshold_args(parser: argparse.ArgumentParser, own_rows: str) -> None:
+    """An importer's options for choosing the stored threshold on a dev split (`_store_dev_threshold`)."""
+    parser.add_argument("--dev", action="append", help="dev file to choose the stored threshold on (the rule and sample of eval --dev)")
+    parser.add_argument("--dev-format", default="jsonl", choices=FORMATS, help=f"format of the --dev files ({own_rows})")
+    parser.add_argument("--dev-limit", type=int, default=600, help="about this many dev records (whole questions, seeded); 0 = all")
+    parser.add_argument("--device", default="auto")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -301,11 +330,20 @@ def build_parser() -> argparse.ArgumentParser:
     it.add_argument("--separator", default="\\n", help="PRMConfig.step_separator the model was trained with (default: a newline; "
                     "type \\n for a newline, \\t for a tab)")
     it.add_argument("--max-length", type=int, default=1024, help="tokens per window, PRMConfig.max_length (longer trajectories are windowed)")
-    it.add_argument("--dev", action="append", help="dev file to choose the stored threshold on (the rule and sample of eval --dev)")
-    it.add_argument("--dev-format", default="jsonl", choices=FORMATS, help="format of the --dev files (trl: PRMTrainer's own rows)")
-    it.add_argument("--dev-limit", type=int, default=600, help="about this many dev records (whole questions, seeded); 0 = all")
-    it.add_argument("--device", default="auto")
+    _add_dev_threshold_args(it, "trl: PRMTrainer's own rows")
     it.set_defaults(func=cmd_import_trl)
+
+    io = sub.add_parser("import-openrlhf", help="a PRM trained by OpenRLHF's train_prm (a causal LM), made a checkpoint here (scored as it scored)")
+    io.add_argument("--model", required=True, help="the folder train_prm saved (*ForCausalLM, safetensors, tokenizer holding the placeholder)")
+    io.add_argument("--output", required=True, help="new folder for the checkpoint (refused if it exists and is not empty)")
+    io.add_argument("--placeholder", default="ки", help="--placeholder_token it was trained with (one token; default Math-Shepherd's ки)")
+    io.add_argument("--reward-tokens", nargs=2, default=["+", "-"], metavar=("GOOD", "BAD"), help="--reward_tokens, good first (default + -)")
+    io.add_argument("--question-format", help="how the question opens the text (default '{question} ': Math-Shepherd's)")
+    io.add_argument("--step-format", help="how a step is written, {n} its number, the placeholder after {step} (default 'Step {n}: {step} ки')")
+    io.add_argument("--joiner", help="between steps (default \\n, a newline; type \\n for a newline, \\t for a tab)")
+    io.add_argument("--max-length", type=int, default=2048, help="tokens per window, train_prm's --max_len (longer trajectories are windowed)")
+    _add_dev_threshold_args(io, "openrlhf: train_prm's own rows")
+    io.set_defaults(func=cmd_import_openrlhf)
 
     r = sub.add_parser("recalibrate", help="held-out metrics vs the last report, drift flags (exit 3: re-distil), checked calibration, audits")
     r.add_argument("--model", help="exported checkpoint folder")

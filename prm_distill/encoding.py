@@ -9,10 +9,14 @@ about 4 F1 points to that mismatch).
 With a causal backbone the hidden state at step k's tag has seen exactly the question and steps
 1..k, so one forward pass gives every step's context-prefixed score.
 
-Two layouts: `tagged` (ours: the question plus "\n", each step followed by one step-tag token) and `trl`
+Three layouts: `tagged` (ours: the question plus "\n", each step followed by one step-tag token), `trl`
 (the sequence TRL's PRMTrainer trained on, for checkpoints it made: BOS when the tokenizer has one, the
 question as given, each step followed by the ids of its step separator, scored at the separator's last
-token). Everything else (windows, truncation) is the same code.
+token) and `openrlhf` (for PRMs OpenRLHF's `train_prm` made: the trajectory written as one text in a
+`TextFormat`, Math-Shepherd's by default, tokenised whole without special tokens as OpenRLHF did, scored
+at every placeholder token). The first two share the piecewise code below; `openrlhf` cannot, because its
+model learned the ids of the joined text, so it tokenises each window's text whole and keeps the same
+window rule (question, earlier steps as context, new steps scored once) and truncation rule.
 
 Windows: a trajectory longer than `max_length` tokens is cut into windows. Each window holds the
 question, then preceding steps as context (up to `context_fraction` of the room left after the
@@ -29,7 +33,7 @@ from dataclasses import dataclass
 ENCODING_VERSION = 1
 DEFAULT_STEP_TAG = "<|step|>"
 QUESTION_SUFFIX = "\n"
-LAYOUTS = ("tagged", "trl")
+LAYOUTS = ("tagged", "trl", "openrlhf")
 
 
 class EncodingError(ValueError):
@@ -54,6 +58,40 @@ class EncodedTrajectory:
     @property
     def n_tokens(self) -> int:
         return sum(len(w.input_ids) for w in self.windows)
+
+
+@dataclass(frozen=True)
+class TextFormat:
+    """How the `openrlhf` layout writes (question, steps) as one text: Math-Shepherd's layout by default,
+    `{question} Step 1: <step> ки\nStep 2: <step> ки`, which OpenRLHF's PRM recipes trained on.
+
+    `step` holds `{step}` once, then the placeholder; `{n}` is the step's 1-based number. A step that already
+    begins with its numbered prefix (`Step 2:`, as `records.read_openrlhf` keeps it) is not numbered twice,
+    so rows read from OpenRLHF's data are scored on their own text."""
+
+    question: str = "{question} "
+    step: str = "Step {n}: {step} ки"
+    joiner: str = "\n"
+
+    def check(self, placeholder: str) -> None:
+        if self.question.count("{question}") != 1:
+            raise EncodingError(f"the question format must hold {{question}} once, got {self.question!r}")
+        if self.step.count("{step}") != 1:
+            raise EncodingError(f"the step format must hold {{step}} once, got {self.step!r}")
+        after = self.step.split("{step}")[1]
+        if not placeholder or after.count(placeholder) != 1 or placeholder in self.step.split("{step}")[0] + self.joiner + self.question:
+            raise EncodingError(f"the step format {self.step!r} must hold the placeholder {placeholder!r} once, after {{step}}, "
+                                f"and the question format and joiner none")
+
+    def question_text(self, question: str) -> str:
+        return self.question.replace("{question}", question)
+
+    def step_text(self, n: int, step: str) -> str:
+        before, after = (part.replace("{n}", str(n)) for part in self.step.split("{step}"))
+        mark = before.strip()
+        if mark and step.startswith(mark):
+            step = step[len(mark):].lstrip()
+        return before + step + after
 
 
 def ensure_step_tag(tokenizer, step_tag: str = DEFAULT_STEP_TAG) -> int:
@@ -84,14 +122,20 @@ class StepEncoder:
         context_fraction: float = 0.5,
         layout: str = "tagged",
         tag_ids: list[int] | None = None,
+        text_format: TextFormat | None = None,
+        placeholder: str | None = None,
     ):
-        """`layout` trl: `tag_ids` are the step separator's ids (ending in `step_tag_id`); tagged: [step_tag_id]."""
+        """`layout` trl: `tag_ids` are the step separator's ids (ending in `step_tag_id`); tagged: [step_tag_id];
+        openrlhf: `placeholder` is the text of the token `step_tag_id`, written as `text_format` says."""
         if layout not in LAYOUTS:
             raise EncodingError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
         self.layout = layout
         self.tag_ids = list(tag_ids) if tag_ids else [int(step_tag_id)]
-        if self.tag_ids[-1] != int(step_tag_id) or (layout == "tagged" and len(self.tag_ids) != 1):
+        if self.tag_ids[-1] != int(step_tag_id) or (layout != "trl" and len(self.tag_ids) != 1):
             raise EncodingError(f"tag ids {self.tag_ids} do not end in the step tag id {step_tag_id}")
+        self.text_format, self.placeholder = text_format or TextFormat(), placeholder or ""
+        if layout == "openrlhf":
+            self.text_format.check(self.placeholder)
         bos = getattr(tokenizer, "bos_token_id", None)
         self.prefix = [int(bos)] if layout == "trl" and bos is not None else []
         if max_length < 8:
@@ -123,6 +167,8 @@ class StepEncoder:
         for i, s in enumerate(steps):
             if not isinstance(s, str) or not s.strip():
                 raise EncodingError(f"step {i} is empty")
+        if self.layout == "openrlhf":
+            return self._encode_text(question, steps)
         head = question.rstrip() + QUESTION_SUFFIX if self.layout == "tagged" else question
         tokenized = self._tokenize([head] + list(steps))
         q, truncated = self.prefix + tokenized[0], False
@@ -159,7 +205,85 @@ class StepEncoder:
         return windows
 
 
+    # -- the openrlhf layout: each window's text tokenised whole -------------------------------------------
+
+    def _encode_text(self, question: str, steps: list[str]) -> EncodedTrajectory:
+        fmt, mark = self.text_format, self.placeholder
+        for i, text in enumerate([question, *steps]):
+            if mark in text:
+                where = "the question" if i == 0 else f"step {i - 1}"
+                raise EncodingError(f"{where} contains the placeholder {mark!r}: a score would be read inside it")
+        q_text, truncated = fmt.question_text(question), False
+        q_ids = self._tokenize([q_text])[0]
+        if len(q_ids) > self.max_question_tokens:  # keep its first tokens, as the piecewise layouts do
+            q_text, truncated = self._cut(q_ids, self.max_question_tokens, keep="first"), True
+        parts = [fmt.step_text(k + 1, s) for k, s in enumerate(steps)]
+        whole = self._window_ids(q_text, parts)
+        if len(whole) <= self.max_length:  # the usual case: one window, one tokenisation
+            return EncodedTrajectory([self._text_window(whole, 0, 0, len(parts))], len(parts), truncated)
+        room = self.max_length - len(self._tokenize([q_text])[0])
+        sizes = [len(ids) for ids in self._tokenize([fmt.joiner + p for p in parts])]  # to choose context; fit is checked on real ids
+        windows, i, n = [], 0, len(parts)
+        while i < n:
+            start, used = i, 0
+            while start > 0 and used + sizes[start - 1] <= min(int(room * self.context_fraction), room - sizes[i]):
+                start -= 1
+                used += sizes[start]
+            ids = self._window_ids(q_text, parts[start:i + 1])
+            while len(ids) > self.max_length and start < i:  # the estimate was short: less context
+                start += 1
+                ids = self._window_ids(q_text, parts[start:i + 1])
+            if len(ids) > self.max_length:  # one step alone does not fit: keep its last tokens, its placeholder with them
+                parts[i], truncated, start = self._shorten(q_text, parts[i]), True, i
+                ids = self._window_ids(q_text, parts[i:i + 1])
+            end = i + 1
+            while end < n:
+                longer = self._window_ids(q_text, parts[start:end + 1])
+                if len(longer) > self.max_length:
+                    break
+                ids, end = longer, end + 1
+            windows.append(self._text_window(ids, start, i, end))
+            i = end
+        return EncodedTrajectory(windows, n, truncated)
+
+    def _text_window(self, ids: list[int], start: int, first: int, end: int) -> Window:
+        """The window of steps `start`..`end - 1` whose steps from `first` on are scored, at their placeholders."""
+        tags = [pos for pos, token in enumerate(ids) if token == self.step_tag_id]
+        if len(tags) != end - start:
+            raise EncodingError(f"the placeholder {self.placeholder!r} is token {self.step_tag_id} alone, but {len(tags)} of them are in "
+                                f"the text of {end - start} steps: this tokenizer merges it with the text around it, so the model "
+                                "cannot be read where it was trained (OpenRLHF found the same positions only where they matched)")
+        return Window(ids, tags[first - start:], list(range(first, end)))
+
+    def _window_ids(self, q_text: str, parts: list[str]) -> list[int]:
+        return self._tokenize([q_text + self.text_format.joiner.join(parts)])[0]
+
+    def _cut(self, ids: list[int], keep_n: int, keep: str) -> str:
+        """The text of the first (or last) `keep_n` tokens of `ids`, cut further until it re-tokenises within them."""
+        while keep_n > 0:
+            text = self.tokenizer.decode(ids[:keep_n] if keep == "first" else ids[-keep_n:])
+            if len(self._tokenize([text])[0]) <= min(keep_n, len(ids)):
+                return text
+            keep_n -= 1
+        raise EncodingError("the window is too short for any of this text")
+
+    def _shorten(self, q_text: str, part: str) -> str:
+        """A step's text cut to its last tokens so that the question and it fit one window (placeholder kept)."""
+        ids = self._tokenize([part])[0]
+        keep = self.max_length - len(self._tokenize([q_text])[0])
+        while keep > 0:
+            text = self._cut(ids, keep, keep="last")
+            if self.placeholder not in text:
+                break
+            if len(self._window_ids(q_text, [text])) <= self.max_length:
+                return text
+            keep -= 1
+        raise EncodingError(f"max_length {self.max_length} leaves no room for a step and its placeholder {self.placeholder!r}")
+
+
 def encoder_for(tokenizer, sidecar) -> StepEncoder:
     """The encoder a checkpoint was trained with, from its sidecar (`layout`, step tag, window length)."""
     tag_ids = tokenizer.encode(sidecar.step_tag, add_special_tokens=False) if sidecar.layout == "trl" else None
-    return StepEncoder(tokenizer, sidecar.step_tag_id, sidecar.max_length, layout=sidecar.layout, tag_ids=tag_ids)
+    text_format = TextFormat(**sidecar.text_format) if sidecar.text_format else None
+    return StepEncoder(tokenizer, sidecar.step_tag_id, sidecar.max_length, layout=sidecar.layout, tag_ids=tag_ids,
+                       text_format=text_format, placeholder=sidecar.step_tag)

@@ -10,13 +10,13 @@ with why, and an existing folder is never overwritten.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
 
 from .atomic import atomic_folder, occupied
 from .checkpoint import MODEL_FILES, TOKENIZER_FILES, CheckpointError, Sidecar, is_token_classifier, load_checkpoint, write_sidecar
+from .saved_model import check_saved_model
 
 # PRMTrainer's defaults (trl.PRMConfig): the separator after each step and the longest sequence it trained on
 TRL_SEPARATOR = "\n"
@@ -29,24 +29,13 @@ def read_separator(text: str) -> str:
 
 
 def _check_source(src: Path) -> None:
-    if not src.is_dir():
-        raise CheckpointError(f"model folder not found: {src}")
-    if not (src / "config.json").is_file():
-        if (src / "adapter_config.json").is_file():  # PRMTrainer with peft_config saves the adapter alone
-            raise CheckpointError(f"{src}: a peft adapter, not a whole model: merge it into its base first "
-                                  "(PeftModel.from_pretrained(base, folder).merge_and_unload().save_pretrained(out), tokenizer beside it)")
-        raise CheckpointError(f"{src}: config.json is missing (not a saved transformers model)")
-    config = json.loads((src / "config.json").read_text(encoding="utf-8"))
+    config = check_saved_model(src, "PRMTrainer")
     if not is_token_classifier(config):
         raise CheckpointError(f"{src}: a {', '.join(config.get('architectures') or []) or 'model without architectures'}, not a token classifier "
                               "(PRMTrainer saves *ForTokenClassification)")
     labels = len(config.get("id2label") or {}) or config.get("num_labels", 2)
     if labels != 2:
         raise CheckpointError(f"{src}: {labels} labels; a PRM has 2 (0 = wrong step, 1 = correct)")
-    if not any(src.glob("*.safetensors")):
-        raise CheckpointError(f"{src} has no .safetensors weights (pickled .bin weights are refused: re-save with safe_serialization=True)")
-    if not (src / "tokenizer_config.json").is_file():
-        raise CheckpointError(f"{src}: no tokenizer files (PRMTrainer saves the tokenizer beside the model: tokenizer.save_pretrained)")
 
 
 def import_trl(model: str | os.PathLike, output: str | os.PathLike, *, separator: str = TRL_SEPARATOR,

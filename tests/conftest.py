@@ -27,6 +27,30 @@ def shared_data():
     return get
 
 
+@pytest.fixture
+def vllm_offline_scores(tmp_path):
+    """vllm_offline_scores(model, items) -> per-step scores from `prm_distill.serve.vllm_backend` run in .venv-vllm
+    (vLLM's in-process engine, STEP pooler), or skip when that venv is absent."""
+    import json
+    import subprocess
+
+    venv = Path(__file__).resolve().parents[1] / ".venv-vllm"
+
+    def scores(model: Path, items: list[tuple[str, list[str]]]) -> list[list[float]]:
+        if not (venv / "bin" / "python").is_file():
+            pytest.skip(f"vLLM is not installed in {venv} (run scripts/setup_vllm.sh)")
+        out = tmp_path / "vllm-scores.json"
+        done = subprocess.run(
+            [str(venv / "bin" / "python"), "-m", "prm_distill.serve.vllm_backend", "--model", str(model), "--output", str(out)],
+            input=json.dumps({"items": [{"question": q, "steps": s} for q, s in items]}), text=True, capture_output=True, cwd=tmp_path,
+            env={**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}, timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(out.read_text())["scores"]
+
+    return scores
+
+
 @pytest.fixture(scope="session")
 def smol_tokenizer():
     from transformers import AutoTokenizer

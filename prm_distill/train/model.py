@@ -61,7 +61,7 @@ def _is_token_classifier(path: str) -> bool:
 
 
 def training_encoding(path: str, tok, model_cfg: ModelConfig) -> Sidecar:
-    """A backbone that is itself a PRM checkpoint (trained here, or a TRL PRM brought in by import-trl)
+    """A backbone that is itself a PRM checkpoint (trained here, or a TRL or OpenRLHF PRM brought in by import-trl / import-openrlhf)
     goes on in the encoding its head learned, its layout and step tag: re-training it in another one
     would throw away what the warm start is for. Any other backbone gets `model.step_tag`."""
     if not (Path(path) / SIDECAR_NAME).is_file():
@@ -83,7 +83,8 @@ def training_encoding(path: str, tok, model_cfg: ModelConfig) -> Sidecar:
     except CheckpointError as e:
         raise BackboneError(str(e)) from e
     log.info("backbone %s is a PRM checkpoint: training goes on in its encoding (%s layout, step tag %r)", path, prior.layout, prior.step_tag)
-    return Sidecar(step_tag=prior.step_tag, step_tag_id=prior.step_tag_id, max_length=model_cfg.max_length, layout=prior.layout)
+    return Sidecar(step_tag=prior.step_tag, step_tag_id=prior.step_tag_id, max_length=model_cfg.max_length, layout=prior.layout,
+                   text_format=prior.text_format)
 
 
 def truncate_layers(model, n: int) -> None:
