@@ -180,7 +180,7 @@ def cmd_import_openrlhf(args: argparse.Namespace) -> int:
     from .import_openrlhf import import_openrlhf, read_text_format
 
     _check_dev_files(args)
-    fmt = read_text_format(args.question_format, args.step_format, args.joiner)
+    fmt = read_text_format(args.question_format, args.step_format, args.joiner, args.add_special_tokens)
     sidecar = import_openrlhf(args.model, args.output, placeholder=args.placeholder, reward_tokens=tuple(args.reward_tokens),
                               text_format=fmt, max_length=args.max_length)
     tokens = sidecar.training["reward_tokens"]
@@ -341,6 +341,8 @@ def build_parser() -> argparse.ArgumentParser:
     io.add_argument("--question-format", help="how the question opens the text (default '{question} ': Math-Shepherd's)")
     io.add_argument("--step-format", help="how a step is written, {n} its number, the placeholder after {step} (default 'Step {n}: {step} ки')")
     io.add_argument("--joiner", help="between steps (default \\n, a newline; type \\n for a newline, \\t for a tab)")
+    io.add_argument("--add-special-tokens", action="store_true", help="tokenise with the tokenizer's special tokens (BOS), as a model card's "
+                    "tokenizer.encode(text) does (Math-Shepherd's own PRM); train_prm tokenised without them (the default)")
     io.add_argument("--max-length", type=int, default=2048, help="tokens per window, train_prm's --max_len (longer trajectories are windowed)")
     _add_dev_threshold_args(io, "openrlhf: train_prm's own rows")
     io.set_defaults(func=cmd_import_openrlhf)

@@ -72,6 +72,7 @@ class TextFormat:
     question: str = "{question} "
     step: str = "Step {n}: {step} ки"
     joiner: str = "\n"
+    add_special_tokens: bool = False  # OpenRLHF's train_prm: none; Math-Shepherd's own PRM card: tokenizer.encode(text), so BOS
 
     def check(self, placeholder: str) -> None:
         if self.question.count("{question}") != 1:
@@ -256,12 +257,13 @@ class StepEncoder:
         return Window(ids, tags[first - start:], list(range(first, end)))
 
     def _window_ids(self, q_text: str, parts: list[str]) -> list[int]:
-        return self._tokenize([q_text + self.text_format.joiner.join(parts)])[0]
+        text = q_text + self.text_format.joiner.join(parts)
+        return self.tokenizer([text], add_special_tokens=self.text_format.add_special_tokens)["input_ids"][0]
 
     def _cut(self, ids: list[int], keep_n: int, keep: str) -> str:
         """The text of the first (or last) `keep_n` tokens of `ids`, cut further until it re-tokenises within them."""
         while keep_n > 0:
-            text = self.tokenizer.decode(ids[:keep_n] if keep == "first" else ids[-keep_n:])
+            text = self.tokenizer.decode(ids[:keep_n] if keep == "first" else ids[-keep_n:], skip_special_tokens=True)
             if len(self._tokenize([text])[0]) <= min(keep_n, len(ids)):
                 return text
             keep_n -= 1

@@ -121,7 +121,7 @@ def import_openrlhf(model: str | os.PathLike, output: str | os.PathLike, *, plac
     return sidecar
 
 
-def read_text_format(question: str | None, step: str | None, joiner: str | None) -> TextFormat:
+def read_text_format(question: str | None, step: str | None, joiner: str | None, add_special_tokens: bool = False) -> TextFormat:
     """A TextFormat from the CLI's strings, Math-Shepherd's where one is not given; `\\n` and `\\t` typed in a shell
     mean a newline and a tab."""
     from .import_trl import read_separator
@@ -129,6 +129,6 @@ def read_text_format(question: str | None, step: str | None, joiner: str | None)
     base = TextFormat()
     return TextFormat(question=read_separator(question) if question is not None else base.question,
                       step=read_separator(step) if step is not None else base.step,
-                      joiner=read_separator(joiner) if joiner is not None else base.joiner)
+                      joiner=read_separator(joiner) if joiner is not None else base.joiner, add_special_tokens=add_special_tokens)
 
 

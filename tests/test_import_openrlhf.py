@@ -32,11 +32,15 @@ def shepherd_text(question: str, steps: list[str]) -> str:
     return question + " " + "\n".join(f"Step {n}: {step} ки" for n, step in enumerate(steps, 1))
 
 
-def make_openrlhf_model(tokenizer_dir: Path, path: Path, tied: bool) -> Path:
+def make_openrlhf_model(tokenizer_dir: Path, path: Path, tied: bool, bos: bool = False) -> Path:
+    """`bos`: the tokenizer adds BOS when asked for special tokens, as Llama's and Mistral's do (SmolLM2's does not)."""
+    from tokenizers.processors import TemplateProcessing
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     tok = AutoTokenizer.from_pretrained(tokenizer_dir)
     tok.add_tokens(["ки"])
+    if bos:
+        tok.backend_tokenizer.post_processor = TemplateProcessing(single=f"{tok.bos_token} $A", special_tokens=[(tok.bos_token, tok.bos_token_id)])
     torch.manual_seed(5)
     cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
                       num_key_value_heads=1, head_dim=32, max_position_embeddings=1024, tie_word_embeddings=tied,
@@ -55,12 +59,12 @@ def openrlhf_model(request, tiny_backbone, tmp_path_factory) -> Path:
     return make_openrlhf_model(tiny_backbone, tmp_path_factory.mktemp("openrlhf") / "prm", tied=request.param)
 
 
-def openrlhf_reference(model_dir: Path, text: str) -> list[float]:
+def openrlhf_reference(model_dir: Path, text: str, special_tokens: bool = False) -> list[float]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
-    ids = tok(text, add_special_tokens=False)["input_ids"]
+    ids = tok(text, add_special_tokens=special_tokens)["input_ids"]
     place, plus, minus = (tok.encode(t, add_special_tokens=False)[0] for t in ("ки", "+", "-"))
     positions = [i for i, t in enumerate(ids) if t == place]
     with torch.inference_mode():
@@ -72,7 +76,7 @@ def test_imported_scores_are_openrlhfs(openrlhf_model, tmp_path):
     out = tmp_path / "imported"
     sidecar = import_openrlhf(openrlhf_model, out)
     assert (sidecar.layout, sidecar.step_tag, sidecar.threshold) == ("openrlhf", "ки", None)
-    assert read_sidecar(out).text_format == {"question": "{question} ", "step": "Step {n}: {step} ки", "joiner": "\n"}
+    assert read_sidecar(out).text_format == {"question": "{question} ", "step": "Step {n}: {step} ки", "joiner": "\n", "add_special_tokens": False}
     config = json.loads((out / "config.json").read_text())
     assert config["architectures"] == ["LlamaForTokenClassification"] and len(config["id2label"]) == 2
     got = PRMEngine.from_checkpoint(out, device="cpu").score(ITEMS)
@@ -92,6 +96,25 @@ def test_rows_of_openrlhfs_data_are_scored_on_their_own_text(openrlhf_model, tmp
     import_openrlhf(openrlhf_model, out)
     got = PRMEngine.from_checkpoint(out, device="cpu").score([(record.question, record.steps)])[0]
     assert got == pytest.approx(openrlhf_reference(openrlhf_model, text), abs=1e-5)
+
+
+def test_math_shepherds_own_reading_with_bos(tiny_backbone, tmp_path):
+    # Math-Shepherd's published PRM is read with tokenizer.encode(text): BOS first where the tokenizer adds one
+    model_dir = make_openrlhf_model(tiny_backbone, tmp_path / "prm", tied=False, bos=True)
+    out = tmp_path / "imported"
+    assert main(["import-openrlhf", "--model", str(model_dir), "--output", str(out), "--add-special-tokens"]) == 0
+    engine = PRMEngine.from_checkpoint(out, device="cpu")
+    question, steps = ITEMS[0]
+    assert engine.encoder.encode(question, steps).windows[0].input_ids[0] == engine.encoder.tokenizer.bos_token_id
+    want = openrlhf_reference(model_dir, shepherd_text(question, steps), special_tokens=True)
+    assert engine.score([(question, steps)])[0] == pytest.approx(want, abs=1e-5)
+    assert want != pytest.approx(openrlhf_reference(model_dir, shepherd_text(question, steps)), abs=1e-3)  # BOS changes the reading
+    # windows: each one opens with BOS, and a question cut to its first tokens is still scored
+    short = tmp_path / "short"
+    import_openrlhf(model_dir, short, max_length=40, text_format=TextFormat(add_special_tokens=True))
+    enc = PRMEngine.from_checkpoint(short, device="cpu").encoder.encode("How many? " * 30, [f"add {i}." for i in range(6)])
+    assert enc.truncated and all(w.input_ids[0] == engine.encoder.tokenizer.bos_token_id and len(w.input_ids) <= 40 for w in enc.windows)
+    assert sorted(i for w in enc.windows for i in w.step_indices) == list(range(6))
 
 
 def test_windows_score_every_step_once_and_the_first_window_as_openrlhf(openrlhf_model, tmp_path):
