@@ -580,6 +580,13 @@ def _marks_in_label_text(label: str, parts: list[str], key: str) -> list[str]:
     return marks
 
 
+def file_and_format(entry: str, default: str) -> tuple[str, str]:
+    """A file entry of a config's file list, `PATH` or `FORMAT:PATH` (one of FORMATS, e.g. `trl:rows.parquet`): its
+    path and format, `default` (the config's data.format) when none is named. A Windows drive (`C:`) is no format."""
+    head, sep, rest = str(entry).partition(":")
+    return (rest, head) if sep and head in FORMATS else (str(entry), default)
+
+
 def load_records(path: str | os.PathLike, fmt: str = "jsonl") -> list[Trajectory]:
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")

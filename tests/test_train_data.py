@@ -137,3 +137,32 @@ def test_data_mix_gives_each_file_its_share_of_the_stream(tmp_path):
     assert sorted(r.id for r in plain) == sorted([f"b{i}" for i in range(10)] + ["s0", "s1"])
     with pytest.raises(ValueError, match="2 data.train files"):
         load_data(TrainJobConfig(data=DataConfig(train=[big, small], dev=[dev], mix=[1.0])))
+
+
+def test_each_file_may_name_its_own_format(tmp_path):
+    """A TRL migrant's rows (trl:), OpenRLHF's (openrlhf:) and our records in one run: each read in its format,
+    the rest in data.format; the run's identity digests the files themselves."""
+    import json
+
+    from prm_distill.records import file_and_format
+    from prm_distill.train.config import DataConfig, TrainJobConfig
+    from prm_distill.train.data import load_data
+    from prm_distill.train.identity import file_digest, run_identity
+
+    ours, dev = _records_file(tmp_path / "ours.jsonl", 2, "o"), _records_file(tmp_path / "dev.jsonl", 1, "d")
+    trl = tmp_path / "trl.jsonl"
+    trl.write_text(json.dumps({"prompt": "What is 2 + 2?", "completions": ["2 + 2 = 5.", "So 5."], "labels": [False, False]}) + "\n")
+    shepherd = tmp_path / "shepherd.jsonl"
+    shepherd.write_text(json.dumps({"input": "What is 3 x 3? Step 1: 3 x 3 = 9. ки\nStep 2: The answer is: 9 ки", "value": ["+", "+"]}) + "\n")
+    cfg = TrainJobConfig(data=DataConfig(train=[ours, f"trl:{trl}", f"openrlhf:{shepherd}"], dev=[f"jsonl:{dev}"]))
+    train, dev_records = load_data(cfg)
+    by_question = {r.question: r for r in train}
+    assert by_question["What is 2 + 2?"].labels == [0.0, 0.0] and by_question["What is 3 x 3?"].labels == [1.0, 1.0]
+    assert by_question["What is 3 x 3?"].steps == ["Step 1: 3 x 3 = 9.", "Step 2: The answer is: 9"]
+    assert len(train) == 4 and [r.id for r in dev_records] == ["d0"]
+    assert run_identity(cfg)["data_files"][f"trl:{trl}"] == file_digest(trl)
+    # a name that is no format is part of the path; a Windows drive is a path
+    assert file_and_format("C:/data/x.jsonl", "trl") == ("C:/data/x.jsonl", "trl")
+    assert file_and_format("notaformat:x.jsonl", "jsonl") == ("notaformat:x.jsonl", "jsonl")
+    with pytest.raises(FileNotFoundError, match="prmbench:"):  # a file that is missing is named as given
+        load_data(TrainJobConfig(data=DataConfig(train=[ours, f"trl:{tmp_path / 'prmbench:missing.jsonl'}"], dev=[dev])))

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..atomic import write_json
-from ..records import load_records, write_jsonl
+from ..records import file_and_format, load_records, write_jsonl
 from ..synthetic import SyntheticConfig, generate
 from .config import PipelineConfig
 
@@ -141,9 +141,10 @@ def _label_run(ctx: Context, out: Path) -> dict[str, Any]:
 def train_config(ctx: Context) -> Any:
     cfg = copy.deepcopy(ctx.cfg.train)
     data = ctx.folder("data")
-    cfg.data.train = [str(ctx.folder("label") / "labels.jsonl"), *([str(data / "train.jsonl")] if ctx.cfg.data.synthetic_train else []),
+    own = "" if cfg.data.format == "jsonl" else "jsonl:"  # the pipeline's own files are records, whatever format the user's are in
+    cfg.data.train = [f"{own}{ctx.folder('label') / 'labels.jsonl'}", *([f"{own}{data / 'train.jsonl'}"] if ctx.cfg.data.synthetic_train else []),
                       *ctx.cfg.train.data.train]
-    cfg.data.dev = list(ctx.cfg.train.data.dev) or [str(data / "dev.jsonl")]
+    cfg.data.dev = list(ctx.cfg.train.data.dev) or [f"{own}{data / 'dev.jsonl'}"]
     cfg.optim.output_dir = str(ctx.model_dir)
     if ctx.previous_model is not None:
         cfg.model.backbone = str(ctx.previous_model)  # iteration K+1 continues from iteration K's checkpoint
@@ -152,7 +153,8 @@ def train_config(ctx: Context) -> Any:
 
 def _train_inputs(ctx: Context) -> list[Path]:
     cfg = train_config(ctx)
-    return [Path(p) for p in [*cfg.data.train, *cfg.data.dev]] + ([ctx.previous_model] if ctx.previous_model else [])
+    files = [Path(file_and_format(p, cfg.data.format)[0]) for p in [*cfg.data.train, *cfg.data.dev]]
+    return files + ([ctx.previous_model] if ctx.previous_model else [])
 
 
 def _train_run(ctx: Context, out: Path) -> dict[str, Any]:

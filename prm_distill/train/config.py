@@ -52,12 +52,12 @@ class LoraSettings:
 
 @dataclass
 class DataConfig:
-    train: list[str] = field(default_factory=list, metadata={"help": "Training files (labelled records)."})
-    dev: list[str] = field(default_factory=list, metadata={"help": "Dev files for periodic evaluation and the decision threshold; empty = hold out dev_fraction of train."})
+    train: list[str] = field(default_factory=list, metadata={"help": "Training files (labelled records); `FORMAT:PATH` reads one file in another format than data.format (e.g. trl:rows.parquet)."})
+    dev: list[str] = field(default_factory=list, metadata={"help": "Dev files for periodic evaluation and the decision threshold (`FORMAT:PATH` as in data.train); empty = hold out dev_fraction of train."})
     mix: list[float] = field(default_factory=list, metadata={"help": (
         "Shares of the training files in the training stream, one per file of data.train (e.g. [1, 1, 2]): each file gives "
         "share/sum x (all records) records, its own repeated or sampled to that count; empty = every record once.")})
-    format: str = field(default="jsonl", metadata={"help": "Format of the files: jsonl | processbench | prmbench | trl (TRL's stepwise supervision: prompt, completions, labels) | openrlhf (OpenRLHF's PRM rows, Math-Shepherd's layout: input with ки after each step, value + / -); trl and openrlhf: JSONL or .parquet."})
+    format: str = field(default="jsonl", metadata={"help": "Format of the files (of each without a `FORMAT:` of its own): jsonl | processbench | prmbench | trl (TRL's stepwise supervision: prompt, completions, labels) | openrlhf (OpenRLHF's PRM rows, Math-Shepherd's layout: input with ки after each step, value + / -); trl and openrlhf: JSONL or .parquet."})
     dev_fraction: float = field(default=0.1, metadata={"help": "Share of training questions held out as dev when no dev files are given."})
     synthetic: int = field(default=0, metadata={"help": "When no train files are given: generate this many embedded arithmetic trajectories."})
     limit: int | None = field(default=None, metadata={"help": "Use at most this many training records (after shuffling with the seed)."})

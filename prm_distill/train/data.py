@@ -18,7 +18,7 @@ import torch
 
 from ..encoding import StepEncoder, Window
 from ..inference import pad_batch
-from ..records import Trajectory, load_records, sample_questions, split_by_question
+from ..records import Trajectory, file_and_format, load_records, sample_questions, split_by_question
 from ..synthetic import SyntheticConfig, generate
 from .config import LossConfig, TrainJobConfig
 
@@ -123,7 +123,7 @@ def load_data(cfg: TrainJobConfig) -> tuple[list[Trajectory], list[Trajectory]]:
     if d.mix and (any(w < 0 for w in d.mix) or not sum(d.mix) > 0):
         raise ValueError(f"data.mix shares must be >= 0 with a positive sum, got {d.mix}")
     if d.train:
-        files = [load_records(p, d.format) for p in d.train]
+        files = [load_records(*file_and_format(p, d.format)) for p in d.train]
         train = _dedupe([r for f in files for r in f])
         if d.mix:
             train = _mix(train, files, d.mix, seed)
@@ -135,7 +135,7 @@ def load_data(cfg: TrainJobConfig) -> tuple[list[Trajectory], list[Trajectory]]:
     if d.limit is not None:
         train = train[: d.limit]
     if d.dev:
-        dev = [r for p in d.dev for r in load_records(p, d.format)]
+        dev = [r for p in d.dev for r in load_records(*file_and_format(p, d.format))]
     else:
         train, dev = split_by_question(train, d.dev_fraction, seed)
     dev = sample_questions(dev, d.dev_limit, seed)

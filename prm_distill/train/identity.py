@@ -26,6 +26,7 @@ from typing import Any
 from ..atomic import write_json
 from ..checkpoint import MODEL_FILES, SIDECAR_NAME, TOKENIZER_FILES, TRAINING_IDS
 from ..encoding import ENCODING_VERSION
+from ..records import file_and_format
 from . import state as ckpt
 from .config import TrainJobConfig
 
@@ -75,7 +76,7 @@ def run_identity(cfg: TrainJobConfig) -> dict[str, Any]:
     """The identity of the run `cfg` describes (as run.json stores it: JSON types)."""
     files = dict.fromkeys([*cfg.data.train, *cfg.data.dev])
     identity = {"version": IDENTITY_VERSION, "encoding_version": ENCODING_VERSION, "config": asdict(cfg),
-                "data_files": {p: file_digest(p) for p in files}, "backbone": backbone_identity(cfg.model.backbone),
+                "data_files": {p: file_digest(file_and_format(p, cfg.data.format)[0]) for p in files}, "backbone": backbone_identity(cfg.model.backbone),
                 "may_change": list(MAY_CHANGE)}
     return json.loads(json.dumps(identity))
 

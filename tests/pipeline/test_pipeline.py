@@ -141,3 +141,17 @@ def test_configs_pipeline_yaml_holds_the_embedded_defaults():
     embedded = dataclasses.asdict(load_pipeline_config(None, ["name=demo"]))
     assert yaml_cfg == embedded
     assert embedded["label"]["verifier"]["alone"] and embedded["rollout"]["policy"]["policy"] == "smollm2"
+
+
+def test_the_pipelines_own_files_stay_records_when_the_users_are_in_another_format(tmp_path):
+    # a user adds their TRL rows with train.data.format=trl: the labels and synthetic files the pipeline writes are
+    # still read as records (jsonl:), the user's file in the user's format
+    from prm_distill.pipeline.stages import Context, train_config
+    from prm_distill.records import file_and_format
+
+    cfg = config(tmp_path, tmp_path / "backbone", **{"train.data.format": "trl", "train.data.train": f"[{tmp_path / 'mine.parquet'}]"})
+    files = train_config(Context(cfg, 1)).data.train
+    assert [file_and_format(f, "trl")[1] for f in files] == ["jsonl", "jsonl", "trl"]
+    assert Path(file_and_format(files[0], "trl")[0]).name == "labels.jsonl" and files[2] == str(tmp_path / "mine.parquet")
+    plain = train_config(Context(config(tmp_path, tmp_path / "backbone"), 1)).data.train  # records throughout: paths as before
+    assert not any(f.startswith("jsonl:") for f in plain)
