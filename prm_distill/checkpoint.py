@@ -46,7 +46,7 @@ class Sidecar:
     verifier: dict[str, Any] | None = None  # the scoring rule of prm_distill.verify ({kind, cap}); None = scores are the model's alone
     training: dict[str, Any] = field(default_factory=dict)
     layout: str = "tagged"  # encoding.LAYOUTS: tagged (trained here) | trl (TRL PRMTrainer, `import-trl`) | openrlhf (`import-openrlhf`)
-    text_format: dict[str, str] | None = None  # openrlhf layout: encoding.TextFormat's fields (None = Math-Shepherd's); step_tag is the placeholder
+    text_format: dict[str, Any] | None = None  # openrlhf layout: encoding.TextFormat's fields (None = Math-Shepherd's); step_tag is the placeholder
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str = SIDECAR_NAME) -> "Sidecar":

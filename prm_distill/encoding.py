@@ -63,7 +63,7 @@ class EncodedTrajectory:
 @dataclass(frozen=True)
 class TextFormat:
     """How the `openrlhf` layout writes (question, steps) as one text: Math-Shepherd's layout by default,
-    `{question} Step 1: <step> ки\nStep 2: <step> ки`, which OpenRLHF's PRM recipes trained on.
+    `{question} Step 1: <step> ки` then a newline and `Step 2: <step> ки`, which OpenRLHF's PRM recipes trained on.
 
     `step` holds `{step}` once, then the placeholder; `{n}` is the step's 1-based number. A step that already
     begins with its numbered prefix (`Step 2:`, as `records.read_openrlhf` keeps it) is not numbered twice,
@@ -204,7 +204,6 @@ class StepEncoder:
                 i += 1
             windows.append(Window(ids, positions, indices))
         return windows
-
 
     # -- the openrlhf layout: each window's text tokenised whole -------------------------------------------
 
