@@ -238,3 +238,26 @@ def test_bf16_on_a_cpu_that_only_emulates_it_warns_and_auto_stays_fp32(monkeypat
     monkeypatch.setattr(loop, "cpu_has_native_bf16", lambda: True)
     with caplog.at_level("WARNING", logger="prm_distill.train"):
         assert loop._precision("bf16") == "bf16" and not caplog.records
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_full_fine_tuning_of_the_top_layers_freezes_the_rest(tiny_backbone, checkpointing):
+    # lora.enabled=false with lora.top_layers=1: the top layer, the final norm and the head train in full; the
+    # embeddings and the layer below are frozen (no gradient reaches them), also under gradient checkpointing
+    import torch
+
+    from prm_distill.train.config import LoraSettings, ModelConfig
+    from prm_distill.train.model import build_model
+
+    model, *_ = build_model(ModelConfig(backbone=str(tiny_backbone), gradient_checkpointing=checkpointing),
+                            LoraSettings(enabled=False, top_layers=1))
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert {n for n in trainable if "layers.1." in n} == {n for n, _ in model.named_parameters() if "layers.1." in n}
+    assert "score.weight" in trainable and "model.norm.weight" in trainable
+    assert not any("layers.0." in n or "embed_tokens" in n for n in trainable)
+    model.train()
+    logits = model(input_ids=torch.tensor([[5, 6, 7, 8]])).logits
+    logits[0, -1, 1].backward()
+    grads = {n: p.grad for n, p in model.named_parameters()}
+    assert grads["model.layers.1.mlp.down_proj.weight"] is not None and grads["model.layers.1.mlp.down_proj.weight"].abs().sum() > 0
+    assert grads["model.layers.0.mlp.down_proj.weight"] is None and grads["model.embed_tokens.weight"] is None

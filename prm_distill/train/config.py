@@ -41,7 +41,7 @@ class LoraSettings:
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
         metadata={"help": "Module names to adapt; ['all-linear'] adapts every linear layer but the head."},
     )
-    top_layers: int | None = field(default=None, metadata={"help": "Adapt only the top N transformer layers (backward stops there: much cheaper on CPU); null = all."})
+    top_layers: int | None = field(default=None, metadata={"help": "Adapt only the top N transformer layers (backward stops there: much cheaper on CPU); with lora.enabled=false the top N layers, the final norm and the head are fine-tuned in full and the rest (embeddings included) frozen; null = all."})
 
     def __post_init__(self) -> None:
         if self.r < 1 or self.alpha < 1:

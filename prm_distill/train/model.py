@@ -50,6 +50,8 @@ def build_model(model_cfg: ModelConfig, lora: LoraSettings):
         model.gradient_checkpointing_enable()
     if lora.enabled:
         model = _add_lora(model, lora)
+    elif lora.top_layers is not None:
+        freeze_below(model, lora.top_layers)
     return model, tok, encoding, path
 
 
@@ -91,20 +93,38 @@ def truncate_layers(model, n: int) -> None:
     """Keep only the first `n` transformer layers: a shallower PRM is proportionally cheaper to
     train and serve, and the middle layers of a small LM often carry the most step-level signal.
     The saved config says `num_hidden_layers = n`, so transformers and vLLM load it as is."""
-    import torch
-
     total = model.config.num_hidden_layers
     if not 1 <= n <= total:
         raise BackboneError(f"model.num_layers must be between 1 and {total} for this backbone, got {n}")
-    stacks = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == total]
-    if not stacks:
-        raise BackboneError("cannot find the transformer layer stack of this backbone to truncate it")
-    stack = stacks[0]
+    stack = _layer_stack(model, "truncate it")
     for i in range(total - 1, n - 1, -1):
         del stack[i]
     model.config.num_hidden_layers = n
     if isinstance(getattr(model.config, "layer_types", None), list):
         model.config.layer_types = model.config.layer_types[:n]
+
+
+def _layer_stack(model, why: str):
+    import torch
+
+    total = model.config.num_hidden_layers
+    stacks = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == total]
+    if not stacks:
+        raise BackboneError(f"cannot find the transformer layer stack of this backbone to {why}")
+    return stacks[0]
+
+
+def freeze_below(model, top_layers: int) -> None:
+    """Full fine-tuning of the top `top_layers` layers only (with the final norm and the head): the embeddings
+    and the layers below are frozen, so the backward pass stops there, as LoRA's `top_layers` makes it stop."""
+    stack = _layer_stack(model, "freeze its lower layers")
+    frozen = list(model.get_input_embeddings().parameters())
+    for layer in list(stack)[: max(0, len(stack) - top_layers)]:
+        frozen.extend(layer.parameters())
+    for param in frozen:
+        param.requires_grad_(False)
+    if getattr(model, "is_gradient_checkpointing", False):  # checkpointed layers need an input that requires grad
+        model.enable_input_require_grads()
 
 
 def zero_head(model) -> None:
