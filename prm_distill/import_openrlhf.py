@@ -93,13 +93,14 @@ def import_openrlhf(model: str | os.PathLike, output: str | os.PathLike, *, plac
         classifier = AutoModelForTokenClassification.from_config(head_config)
     prefix = classifier.base_model_prefix
     setattr(classifier, prefix, getattr(causal, prefix))  # the same body, not a copy
-    head = torch.nn.Linear(rows.shape[1], 2, bias=True)
+    name = next((n for n in ("score", "classifier") if isinstance(getattr(classifier, n, None), torch.nn.Linear)), None)
+    if name is None:
+        raise CheckpointError(f"{src}: {type(classifier).__name__} has no linear `score` or `classifier` head to set")
+    head = torch.nn.Linear(rows.shape[1], 2, bias=getattr(classifier, name).bias is not None)  # the class's own head, made real
     with torch.no_grad():
         head.weight.copy_(rows)
-        head.bias.zero_()
-    name = next((n for n in ("score", "classifier") if hasattr(classifier, n)), None)
-    if name is None:
-        raise CheckpointError(f"{src}: {type(classifier).__name__} has no `score` or `classifier` head to set")
+        if head.bias is not None:
+            head.bias.zero_()
     setattr(classifier, name, head)
     if any(p.is_meta for p in classifier.parameters()):
         raise CheckpointError(f"{src}: {type(classifier).__name__} holds parts a causal LM does not have; it cannot be converted")
