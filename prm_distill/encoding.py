@@ -79,8 +79,8 @@ class TextFormat:
             raise EncodingError(f"the question format must hold {{question}} once, got {self.question!r}")
         if self.step.count("{step}") != 1:
             raise EncodingError(f"the step format must hold {{step}} once, got {self.step!r}")
-        after = self.step.split("{step}")[1]
-        if not placeholder or after.count(placeholder) != 1 or placeholder in self.step.split("{step}")[0] + self.joiner + self.question:
+        before, after = self.step.split("{step}")
+        if not placeholder or after.count(placeholder) != 1 or placeholder in before + self.joiner + self.question:
             raise EncodingError(f"the step format {self.step!r} must hold the placeholder {placeholder!r} once, after {{step}}, "
                                 f"and the question format and joiner none")
 
@@ -217,11 +217,12 @@ class StepEncoder:
         q_ids = self._tokenize([q_text])[0]
         if len(q_ids) > self.max_question_tokens:  # keep its first tokens, as the piecewise layouts do
             q_text, truncated = self._cut(q_ids, self.max_question_tokens, keep="first"), True
+            q_ids = self._tokenize([q_text])[0]
         parts = [fmt.step_text(k + 1, s) for k, s in enumerate(steps)]
         whole = self._window_ids(q_text, parts)
         if len(whole) <= self.max_length:  # the usual case: one window, one tokenisation
             return EncodedTrajectory([self._text_window(whole, 0, 0, len(parts))], len(parts), truncated)
-        room = self.max_length - len(self._tokenize([q_text])[0])
+        room = self.max_length - len(q_ids)
         sizes = [len(ids) for ids in self._tokenize([fmt.joiner + p for p in parts])]  # to choose context; fit is checked on real ids
         windows, i, n = [], 0, len(parts)
         while i < n:
@@ -234,7 +235,7 @@ class StepEncoder:
                 start += 1
                 ids = self._window_ids(q_text, parts[start:i + 1])
             if len(ids) > self.max_length:  # one step alone does not fit: keep its last tokens, its placeholder with them
-                parts[i], truncated, start = self._shorten(q_text, parts[i]), True, i
+                parts[i], truncated, start = self._shorten(q_text, room, parts[i]), True, i
                 ids = self._window_ids(q_text, parts[i:i + 1])
             end = i + 1
             while end < n:
@@ -268,10 +269,11 @@ class StepEncoder:
             keep_n -= 1
         raise EncodingError("the window is too short for any of this text")
 
-    def _shorten(self, q_text: str, part: str) -> str:
-        """A step's text cut to its last tokens so that the question and it fit one window (placeholder kept)."""
+    def _shorten(self, q_text: str, room: int, part: str) -> str:
+        """A step's text cut to its last tokens so that the question and it fit one window (placeholder kept);
+        `room` is what the question leaves of the window."""
         ids = self._tokenize([part])[0]
-        keep = self.max_length - len(self._tokenize([q_text])[0])
+        keep = room
         while keep > 0:
             text = self._cut(ids, keep, keep="last")
             if self.placeholder not in text:
